@@ -1,0 +1,1 @@
+"""Charts shipped with xsm_celery, loadable by resource name (for example ``task_retry.json``)."""
