@@ -1,0 +1,1 @@
+"""Placeholder: this package is being built; nothing is public yet."""
