@@ -12,6 +12,7 @@ uses) to catch everything the library raises on purpose. The tree::
         - InterpreterStoppedError
         - RunawayChainError
         - NotSupportedError
+        - WorkerLost: a task delivery whose worker died mid-attempt
         - SnapshotError: a snapshot that cannot be restored
           - SnapshotCorruptError
           - SnapshotTooLargeError
@@ -64,6 +65,7 @@ __all__ = [
     "StateNotFoundError",
     "StoreError",
     "StoreUnavailableError",
+    "WorkerLost",
     "XStateMachineError",
     "XsmError",
 ]
@@ -142,6 +144,14 @@ class RunawayChainError(ExecutionError):
 
 class NotSupportedError(ExecutionError):
     """Raised when a chart uses a feature this engine deliberately does not run."""
+
+
+class WorkerLost(ExecutionError):
+    """Recorded when a task message comes back because the worker running it died.
+
+    It is never raised to user code: the chart task feeds it to the retry chart as the
+    failure of the attempt that was lost, so it appears in the dead letter's error chain.
+    """
 
 
 class SnapshotError(ExecutionError):
