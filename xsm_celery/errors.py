@@ -12,6 +12,7 @@ uses) to catch everything the library raises on purpose. The tree::
         - InterpreterStoppedError
         - RunawayChainError
         - NotSupportedError
+        - InvalidEventError (also a TypeError): send() got something that is not an event
         - WorkerLost: a task delivery whose worker died mid-attempt
         - SnapshotError: a snapshot that cannot be restored
           - SnapshotCorruptError
@@ -52,6 +53,7 @@ __all__ = [
     "ImplementationMissingError",
     "InterpreterStoppedError",
     "InvalidConfigError",
+    "InvalidEventError",
     "LockTimeoutError",
     "MissingExtraError",
     "NotSupportedError",
@@ -144,6 +146,13 @@ class RunawayChainError(ExecutionError):
 
 class NotSupportedError(ExecutionError):
     """Raised when a chart uses a feature this engine deliberately does not run."""
+
+
+class InvalidEventError(ExecutionError, TypeError):
+    """Raised when ``send()`` is given something that is not an event (no ``type``, not a str).
+
+    It is also a ``TypeError``: passing the wrong kind of value is a programming error.
+    """
 
 
 class WorkerLost(ExecutionError):
