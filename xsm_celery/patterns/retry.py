@@ -1,0 +1,276 @@
+"""``RetryPolicy``: backoff delays with jitter, and the logic a retry chart runs on.
+
+In a statechart the retry loop is the chart itself (``attempting`` -> ``retrying`` ->
+``attempting`` after a delay), so a policy only has to supply the delay function and the
+small pieces of logic around it under predictable names. The policy is a frozen value:
+the same object can drive many machines, and it is safe to share between threads.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from xsm_celery.patterns.error_chain import ERRORS_CONTEXT_KEY
+from xsm_celery.patterns.jitter import Jitter, apply_jitter, check_draw, parse_jitter
+
+if TYPE_CHECKING:
+    from xsm_celery.engine import MachineLogic
+
+__all__ = ["ExceptionTypes", "RetryPolicy"]
+
+#: One exception class or a tuple of them, as ``except`` accepts.
+ExceptionTypes = type[BaseException] | tuple[type[BaseException], ...]
+
+
+def _number(name: str, value: object, *, allow_inf: bool) -> float:
+    """``value`` as a float >= 0; NaN, negatives and (unless allowed) inf are refused."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+    number = float(value)
+    if math.isnan(number) or number < 0 or (math.isinf(number) and not allow_inf):
+        valid = "[0, inf]" if allow_inf else "[0, inf)"
+        raise ValueError(f"{name} must be in {valid}, got {value!r}")
+    return number
+
+
+def _exception_types(name: str, value: ExceptionTypes) -> tuple[type[BaseException], ...]:
+    """Normalise ``retry_on`` / ``give_up_on`` to a tuple of exception classes."""
+    items = value if isinstance(value, tuple) else (value,)
+    for item in items:
+        if not (isinstance(item, type) and issubclass(item, BaseException)):
+            raise TypeError(f"{name} takes exception classes, got {item!r}")
+    return items
+
+
+@dataclass(frozen=True, init=False)
+class RetryPolicy:
+    """Exponential backoff with jitter, plus the machine logic that drives a retry chart.
+
+    ``delay_ms(n)`` is the wait after the n-th failed attempt (1-based): the capped
+    exponential ``min(max_ms, base_ms * factor ** (n - 1))`` randomised by ``jitter``.
+    ``max_attempts`` counts the first attempt, so with 3 the third failure is final.
+
+    ``retry_on`` and ``give_up_on`` decide which failures are worth retrying: an error
+    that is an instance of ``give_up_on``, or not of ``retry_on``, dead-letters at once
+    (the ``Bump`` action marks it and the ``CanRetry`` guard then says no).
+
+    Args:
+        max_attempts: Total attempts including the first, at least 1.
+        base_ms: Delay before the first retry, in ms (finite, >= 0).
+        factor: Growth per attempt (finite, >= 1).
+        max_ms: Cap on any single delay; ``math.inf`` means no cap.
+        jitter: ``"none"``, ``"full"``, ``"equal"`` or ``"decorrelated"`` (or a ``Jitter``).
+        rng: ``() -> float`` in ``[0, 1]``; inject ``random.Random(seed).random`` in tests.
+        retry_on: Exception classes that are retried (default: every ``Exception``).
+        give_up_on: Exception classes that are never retried, checked first.
+
+    Raises:
+        ValueError: An argument is outside its range; the message names it.
+    """
+
+    max_attempts: int
+    base_ms: float
+    factor: float
+    max_ms: float
+    jitter: Jitter
+    rng: Callable[[], float] = field(repr=False, compare=False)
+    retry_on: tuple[type[BaseException], ...]
+    give_up_on: tuple[type[BaseException], ...]
+
+    def __init__(
+        self,
+        max_attempts: int = 5,
+        base_ms: float = 200,
+        factor: float = 2.0,
+        max_ms: float = 30_000,
+        jitter: str | Jitter = "full",
+        *,
+        rng: Callable[[], float] = random.random,
+        retry_on: ExceptionTypes = (Exception,),
+        give_up_on: ExceptionTypes = (),
+    ) -> None:
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise ValueError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
+        factor_value = _number("factor", factor, allow_inf=False)
+        if factor_value < 1.0:
+            raise ValueError(f"factor must be in [1, inf) so delays never shrink, got {factor!r}")
+        if not callable(rng):
+            raise TypeError(f"rng must be a callable returning a float in [0, 1], got {rng!r}")
+        values = {
+            "max_attempts": max_attempts,
+            "base_ms": _number("base_ms", base_ms, allow_inf=False),
+            "factor": factor_value,
+            "max_ms": _number("max_ms", max_ms, allow_inf=True),
+            "jitter": parse_jitter(jitter),
+            "rng": rng,
+            "retry_on": _exception_types("retry_on", retry_on),
+            "give_up_on": _exception_types("give_up_on", give_up_on),
+        }
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def aggressive(cls, **overrides: Any) -> RetryPolicy:
+        """Quick, frequent retries for cheap idempotent calls: 5 attempts from 100 ms x1.5."""
+        options: dict[str, Any] = {"max_attempts": 5, "base_ms": 100, "factor": 1.5}
+        return cls(**{**options, **overrides})
+
+    @classmethod
+    def conservative(cls, **overrides: Any) -> RetryPolicy:
+        """Few, spaced retries for expensive or rate-limited calls: 3 attempts from 2 s x2."""
+        options: dict[str, Any] = {"max_attempts": 3, "base_ms": 2_000, "factor": 2.0}
+        return cls(**{**options, **overrides})
+
+    def exponential_ms(self, attempt: int) -> float:
+        """The capped delay after ``attempt`` failed, before jitter.
+
+        A growth too large for a float is the cap, never an ``OverflowError``.
+        """
+        if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
+            raise ValueError(f"attempt is 1-based, got {attempt!r}")
+        if self.base_ms == 0.0:
+            return 0.0
+        try:
+            growth = self.factor ** (attempt - 1)
+        except OverflowError:
+            return self.max_ms
+        return min(self.max_ms, self.base_ms * growth)
+
+    def delay_ms(self, attempt: int, *, previous_ms: float | None = None) -> float:
+        """The wait in ms before the next attempt, after attempt number ``attempt`` failed.
+
+        Args:
+            attempt: The 1-based number of the attempt that failed.
+            previous_ms: The previous delay, for ``decorrelated`` (``base_ms`` when None).
+
+        Raises:
+            ValueError: ``attempt`` < 1, or the rng returned a value outside ``[0, 1]``.
+        """
+        exp = self.exponential_ms(attempt)
+        if self.jitter is Jitter.NONE:
+            return exp
+        draw = check_draw(self.rng())
+        previous = self.base_ms if previous_ms is None else float(previous_ms)
+        return apply_jitter(
+            self.jitter, exp, draw, base_ms=self.base_ms, cap_ms=self.max_ms, previous_ms=previous
+        )
+
+    def should_retry(self, error: object) -> bool:
+        """Whether a failure with ``error`` is worth another attempt, by its type alone.
+
+        Something that is not an exception (an error payload from a callback actor) is
+        retried: its type says nothing, so the attempt counter decides.
+        """
+        if not isinstance(error, BaseException):
+            return True
+        if isinstance(error, self.give_up_on):
+            return False
+        return isinstance(error, self.retry_on)
+
+    def logic(self, prefix: str = "retry", attempt_key: str = "attempt") -> MachineLogic:
+        """The named logic a retry chart uses, for ``MachineLogic.merge()``.
+
+        With the default prefix: the delay ``retryDelay``, the guards ``retryCanRetry``
+        (another attempt is allowed), ``retryShouldRetry`` / ``retryGiveUp`` (the error in
+        ``event.data`` is / is not retryable by type, for ``onError`` branches) and the
+        actions ``retryBump`` (count a failure) and ``retryReset`` (success: start over).
+        Everything reads ``context[attempt_key]``, so two loops can share one machine.
+        """
+        from xsm_celery.engine import MachineLogic
+
+        keys = _Keys(attempt_key)
+        return MachineLogic(
+            actions={
+                f"{prefix}Bump": self._bump_action(keys),
+                f"{prefix}Reset": _reset_action(keys),
+            },
+            guards={
+                f"{prefix}CanRetry": self._can_retry_guard(keys),
+                f"{prefix}ShouldRetry": self._should_retry_guard(),
+                f"{prefix}GiveUp": self._give_up_guard(),
+            },
+            delays={f"{prefix}Delay": self._delay(keys)},
+        )
+
+    def _delay(self, keys: _Keys) -> Callable[[dict[str, Any], Any], float]:
+        def delay(ctx: dict[str, Any], event: Any) -> float:
+            if ctx.get(keys.give_up):
+                return 0.0
+            attempt = max(1, _count(ctx, keys.attempt, default=1))
+            previous = ctx.get(keys.delay)
+            if isinstance(previous, bool) or not isinstance(previous, int | float):
+                previous = None
+            ms = self.delay_ms(attempt, previous_ms=previous)
+            ctx[keys.delay] = ms
+            return ms
+
+        return delay
+
+    def _can_retry_guard(self, keys: _Keys) -> Callable[[dict[str, Any], Any], bool]:
+        def can_retry(ctx: dict[str, Any], event: Any) -> bool:
+            return not ctx.get(keys.give_up) and _count(ctx, keys.attempt) < self.max_attempts
+
+        return can_retry
+
+    def _should_retry_guard(self) -> Callable[[dict[str, Any], Any], bool]:
+        def should_retry(ctx: dict[str, Any], event: Any) -> bool:
+            return self.should_retry(getattr(event, "data", None))
+
+        return should_retry
+
+    def _give_up_guard(self) -> Callable[[dict[str, Any], Any], bool]:
+        def give_up(ctx: dict[str, Any], event: Any) -> bool:
+            return not self.should_retry(getattr(event, "data", None))
+
+        return give_up
+
+    def _bump_action(self, keys: _Keys) -> Callable[[Any, dict[str, Any], Any, Any], None]:
+        def bump(interp: Any, ctx: dict[str, Any], event: Any, action: Any) -> None:
+            ctx[keys.attempt] = _count(ctx, keys.attempt) + 1
+            error = getattr(event, "data", None)
+            if not self.should_retry(error):
+                ctx[keys.give_up] = type(error).__name__
+
+        return bump
+
+
+@dataclass(frozen=True)
+class _Keys:
+    """The context keys one retry loop uses, derived from its attempt key."""
+
+    attempt: str
+
+    @property
+    def delay(self) -> str:
+        """Where the previous delay is remembered (``attempt_delay_ms`` by default)."""
+        return f"{self.attempt}_delay_ms"
+
+    @property
+    def give_up(self) -> str:
+        """Set by the bump action when the failure is not retryable; private to the library."""
+        return f"_xsm_{self.attempt}_give_up"
+
+
+def _count(ctx: Mapping[str, Any], key: str, default: int = 0) -> int:
+    """The attempt counter in ``ctx``; a missing or unreadable value is ``default``."""
+    value = ctx.get(key, default)
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return default
+
+
+def _reset_action(keys: _Keys) -> Callable[[Any, dict[str, Any], Any, Any], None]:
+    """Success: zero the counter, forget the delay and end the dead-letter error chain."""
+
+    def reset(interp: Any, ctx: dict[str, Any], event: Any, action: Any) -> None:
+        ctx[keys.attempt] = 0
+        ctx.pop(keys.delay, None)
+        ctx.pop(keys.give_up, None)
+        ctx.pop(ERRORS_CONTEXT_KEY, None)
+
+    return reset
