@@ -1,1 +1,46 @@
-"""Placeholder: this package is being built; nothing is public yet."""
+"""Event-driven plumbing: CloudEvents envelopes, broker adapters, dispatcher, outbox.
+
+Everything here is standard library only. ``xsm_celery.eda`` may import
+``xsm_celery.patterns`` (it re-exports the dead-letter record and plugin from there, so
+both sources of dead letters share one record); patterns never imports eda.
+"""
+
+from __future__ import annotations
+
+from xsm_celery.eda.broker import BatchPublisher, BrokerAdapter, Delivery, SyncBrokerAdapter
+from xsm_celery.eda.envelope import (
+    ATTEMPT_EXTENSION,
+    MAX_DATA_DEPTH,
+    SPECVERSION,
+    Envelope,
+    default_event_name,
+    new_id,
+)
+from xsm_celery.eda.fake import FakeBrokerAdapter, SyncFakeBrokerAdapter
+from xsm_celery.errors import BrokerPublishError, EnvelopeCorruptError, EnvelopeTooLargeError
+from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, OutboxRecord, OutboxStore
+
+__all__ = [
+    # Envelopes
+    "ATTEMPT_EXTENSION",
+    "MAX_DATA_DEPTH",
+    "SPECVERSION",
+    "Envelope",
+    "default_event_name",
+    "new_id",
+    # Brokers
+    "BatchPublisher",
+    "BrokerAdapter",
+    "Delivery",
+    "FakeBrokerAdapter",
+    "SyncBrokerAdapter",
+    "SyncFakeBrokerAdapter",
+    # Outbox
+    "DEFAULT_CLAIM_LEASE_S",
+    "OutboxRecord",
+    "OutboxStore",
+    # Errors
+    "BrokerPublishError",
+    "EnvelopeCorruptError",
+    "EnvelopeTooLargeError",
+]

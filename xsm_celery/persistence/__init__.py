@@ -1,1 +1,36 @@
-"""Placeholder: this package is being built; nothing is public yet."""
+"""Where machine instances live between deliveries: stores, locks, inbox, durable timers.
+
+Standard library only. The protocols in ``xsm_celery.persistence.protocols`` are what the
+SQLAlchemy, Django and Redis integrations implement.
+"""
+
+from __future__ import annotations
+
+from xsm_celery.errors import ConflictError, StoreError
+from xsm_celery.persistence.protocols import (
+    DEFAULT_CLAIM_LEASE_S,
+    DueTimer,
+    Inbox,
+    InboxEntry,
+    OutboxRecord,
+    OutboxStore,
+    StateStore,
+    StoredSnapshot,
+    TimerStore,
+)
+
+__all__ = [
+    # Protocols and records
+    "DEFAULT_CLAIM_LEASE_S",
+    "DueTimer",
+    "Inbox",
+    "InboxEntry",
+    "OutboxRecord",
+    "OutboxStore",
+    "StateStore",
+    "StoredSnapshot",
+    "TimerStore",
+    # Errors
+    "ConflictError",
+    "StoreError",
+]

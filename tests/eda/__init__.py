@@ -1,0 +1,1 @@
+"""Tests of xsm_celery.eda."""
