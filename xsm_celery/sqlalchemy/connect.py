@@ -1,0 +1,165 @@
+"""Engines for the SQLAlchemy stores: SQLite files created 0600, PostgreSQL through psycopg.
+
+Every store in this package takes an ``Engine`` or a URL; a URL goes through ``make_engine``
+so that the same rules hold for dead letters, timers and the outbox: a SQLite file the store
+creates is readable by its owner only (it holds redacted but still sensitive payloads), a
+file that is missing can be refused instead of created (an operator's typo must not produce
+an empty store that reports "no dead letters"), and a pool never crosses ``fork()``.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.pool import StaticPool
+
+from xsm_celery.errors import ConfigurationError, StoreUnavailableError
+
+__all__ = ["SQLITE_BUSY_TIMEOUT_S", "make_engine", "normalize_url", "safe_url", "sqlite_path"]
+
+#: Seconds a SQLite writer waits for another process's write lock before giving up.
+SQLITE_BUSY_TIMEOUT_S = 15.0
+
+#: Mode of the SQLite files the stores create: the owner reads and writes, nobody else.
+FILE_MODE = 0o600
+
+_PSYCOPG_ALIASES = {"postgresql", "postgres", "postgresql+psycopg"}
+
+
+def normalize_url(url: str | URL) -> URL:
+    """Parse ``url`` and pick the psycopg (3) driver for a bare ``postgresql://`` URL.
+
+    SQLAlchemy's default PostgreSQL driver is psycopg2, which this package does not depend
+    on; ``postgres://`` (Heroku's spelling) is accepted as well.
+
+    Raises:
+        ConfigurationError: the URL cannot be parsed.
+    """
+    try:
+        parsed = make_url(url)
+    except sa.exc.ArgumentError as exc:
+        raise ConfigurationError(
+            f"cannot parse database URL {_mask(str(url))!r}: {exc}; use sqlite:///path.db "
+            "or postgresql://user@host/db"
+        ) from None
+    if parsed.drivername in _PSYCOPG_ALIASES:
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def safe_url(url: str | URL | Engine) -> str:
+    """The URL as text with its password hidden, for messages and logs."""
+    if isinstance(url, Engine):
+        url = url.url
+    if isinstance(url, str):
+        return _mask(url)
+    return url.render_as_string(hide_password=True)
+
+
+def _mask(text: str) -> str:
+    try:
+        return make_url(text).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:
+        return text
+
+
+def sqlite_path(url: URL) -> Path | None:
+    """The file behind a SQLite URL, or None for any other database or an in-memory one."""
+    if url.get_backend_name() != "sqlite":
+        return None
+    database = url.database or ""
+    if database in ("", ":memory:") or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
+def make_engine(url: str | URL, *, must_exist: bool = False, **kwargs: Any) -> Engine:
+    """Create an engine for ``url`` following the package's rules (see the module docstring).
+
+    Args:
+        url: A SQLAlchemy URL; ``sqlite:///rel.db`` is relative to the working directory,
+            ``sqlite:////abs.db`` absolute.
+        must_exist: Refuse a SQLite file that does not exist instead of creating it.
+        kwargs: Passed to ``sqlalchemy.create_engine``.
+
+    Raises:
+        StoreUnavailableError: ``must_exist`` and the SQLite file is missing, or its folder
+            does not exist.
+        ConfigurationError: the URL cannot be parsed or names no installed driver.
+    """
+    parsed = normalize_url(url)
+    path = sqlite_path(parsed)
+    if path is not None:
+        _prepare_sqlite_file(path, must_exist=must_exist, url=parsed)
+        kwargs.setdefault("connect_args", {}).setdefault("timeout", SQLITE_BUSY_TIMEOUT_S)
+    elif parsed.get_backend_name() == "sqlite":
+        kwargs.setdefault("poolclass", StaticPool)
+        kwargs.setdefault("connect_args", {}).setdefault("check_same_thread", False)
+    else:
+        kwargs.setdefault("pool_pre_ping", True)
+    try:
+        engine = sa.create_engine(parsed, **kwargs)
+    except (ImportError, sa.exc.NoSuchModuleError, sa.exc.ArgumentError) as exc:
+        raise ConfigurationError(
+            f"cannot create an engine for {safe_url(parsed)!r}: {exc}; install its driver "
+            "(PostgreSQL: pip install 'psycopg[binary]')"
+        ) from None
+    if path is not None:
+        sa.event.listen(engine, "connect", _sqlite_pragmas)
+    _dispose_after_fork(engine)
+    return engine
+
+
+def _prepare_sqlite_file(path: Path, *, must_exist: bool, url: URL) -> None:
+    """Create the SQLite file mode 0600 before SQLite does (SQLite would use the umask)."""
+    if path.exists():
+        return
+    if must_exist:
+        raise StoreUnavailableError(
+            f"no such SQLite database file: {str(path)!r} (from {safe_url(url)!r}); check the "
+            "path (sqlite:///rel.db is relative, sqlite:////abs.db absolute) - it is never "
+            "created here, and a fresh deployment has none until its first dead letter store "
+            "is opened"
+        )
+    if not path.parent.is_dir():
+        raise StoreUnavailableError(
+            f"cannot create SQLite database {str(path)!r}: folder {str(path.parent)!r} does "
+            "not exist; create it first"
+        )
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
+    except FileExistsError:
+        return
+    os.close(fd)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    """WAL lets readers (the CLI) run beside writers (every worker process)."""
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+    finally:
+        cursor.close()
+
+
+def _dispose_after_fork(engine: Engine) -> None:
+    """Drop pooled connections in a forked child, so parent and child never share a socket.
+
+    Celery's prefork pool forks after the app, and often a store, is imported; a connection
+    used from two processes corrupts both sessions.
+    """
+    ref = weakref.ref(engine)
+
+    def _reset() -> None:
+        alive = ref()
+        if alive is not None:
+            alive.dispose(close=False)
+
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_reset)
