@@ -1,0 +1,101 @@
+"""Django set-up for the app's tests: settings, databases, clean tables between tests.
+
+Settings are passed to ``settings.configure()`` (not through ``DJANGO_SETTINGS_MODULE``) so
+nothing leaks into other test areas. The SQLite database is a fresh temporary file migrated
+once per session; the PostgreSQL one is a test database created on first use and dropped at
+the end. Rows of this app and of ``auth`` are deleted after every test, which also works for
+the browser test, whose server thread uses its own connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import django
+import pytest
+from django.conf import settings
+
+from tests import services
+from tests.django.project import settings as project_settings
+
+if not settings.configured:
+    settings.configure(
+        **{name: getattr(project_settings, name) for name in dir(project_settings) if name.isupper()}
+    )
+    django.setup()
+
+
+@pytest.fixture(autouse=True)
+def _db_access(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Allow database access even when pytest-django is installed and blocks it."""
+    if request.config.pluginmanager.hasplugin("django"):
+        blocker = request.getfixturevalue("django_db_blocker")
+        with blocker.unblock():
+            yield
+    else:
+        yield
+
+
+@pytest.fixture(scope="session")
+def _sqlite_db() -> str:
+    """The migrated SQLite database, alias ``default``."""
+    from django.core.management import call_command
+
+    call_command("migrate", database="default", verbosity=0, interactive=False)
+    return "default"
+
+
+@pytest.fixture(scope="session")
+def _postgres_db(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A migrated PostgreSQL test database, alias ``postgres``; dropped at session end."""
+    services.require("postgres")
+    from django.db import connections
+
+    connection = connections["postgres"]
+    old_name = connection.settings_dict["NAME"]
+    blocker = _blocker(request)
+    with blocker:
+        connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False)
+    yield "postgres"
+    with _blocker(request):
+        connection.creation.destroy_test_db(old_name, verbosity=0)
+
+
+def _blocker(request: pytest.FixtureRequest) -> Any:
+    if request.config.pluginmanager.hasplugin("django"):
+        return request.getfixturevalue("django_db_blocker").unblock()
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def _clean(alias: str) -> None:
+    from django.apps import apps
+
+    for model in apps.get_app_config("xsm_celery").get_models():
+        model.objects.using(alias).all().delete()
+    user_model = apps.get_model("auth", "User")
+    user_model.objects.using(alias).all().delete()
+
+
+@pytest.fixture
+def sqlite_db(_sqlite_db: str) -> Iterator[str]:
+    """Alias of the SQLite database, emptied after the test."""
+    yield _sqlite_db
+    _clean(_sqlite_db)
+
+
+@pytest.fixture
+def postgres_db(postgres_url: str, _postgres_db: str) -> Iterator[str]:
+    """Alias of the PostgreSQL test database, emptied after the test."""
+    yield _postgres_db
+    _clean(_postgres_db)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_alias(request: pytest.FixtureRequest) -> str:
+    """Each database in turn: the test runs once on SQLite and once on PostgreSQL."""
+    name = "sqlite_db" if request.param == "sqlite" else "postgres_db"
+    alias: str = request.getfixturevalue(name)
+    return alias

@@ -1,0 +1,118 @@
+"""Settings of the app, read lazily from the one ``XSM_CELERY`` dict.
+
+Nothing is read at import time: every caller asks ``get_settings()`` when it needs a value,
+so ``override_settings(XSM_CELERY=...)`` in tests and late configuration both work.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from django.conf import settings as django_settings
+
+from xsm_celery.errors import ConfigurationError
+
+__all__ = ["XsmDjangoSettings", "get_settings", "import_string"]
+
+#: Rows a relay leases per run, the seed's default batch.
+DEFAULT_RELAY_BATCH = 100
+#: Seconds a relay owns the rows it claimed, the seed's ``DEFAULT_CLAIM_LEASE_S``.
+DEFAULT_RELAY_LEASE_S = 30.0
+#: Upper bound on the records one bulk replay from the admin may touch.
+DEFAULT_BULK_REPLAY_LIMIT = 500
+
+
+@dataclass(frozen=True)
+class XsmDjangoSettings:
+    """The resolved ``XSM_CELERY`` settings; every key is optional.
+
+    Attributes mirror the upper-case keys of the dict (``DATABASE`` -> ``database``).
+    """
+
+    #: Database alias the stores and the admin operations use.
+    database: str = "default"
+    #: Dotted path (``proj.celery:app`` or ``proj.celery.app``) of the Celery app that
+    #: replays go through; ``None`` uses Celery's current app.
+    celery_app: str | None = None
+    #: Machine id -> chart JSON file path or dotted path of a dict, for the admin diagram.
+    charts: Mapping[str, str] = field(default_factory=dict)
+    #: Extra keys masked (besides the engine's defaults) when records are shown.
+    redact_keys: tuple[str, ...] = ()
+    #: Dotted path of a zero-argument factory returning the relay's SyncBrokerAdapter.
+    broker: str | None = None
+    relay_batch: int = DEFAULT_RELAY_BATCH
+    relay_lease_s: float = DEFAULT_RELAY_LEASE_S
+    #: Rows one ``xsm_timers`` run fires at most.
+    timers_batch: int = DEFAULT_RELAY_BATCH
+    bulk_replay_limit: int = DEFAULT_BULK_REPLAY_LIMIT
+
+
+_KEYS = {f.name.upper(): f.name for f in fields(XsmDjangoSettings)}
+
+
+def get_settings() -> XsmDjangoSettings:
+    """Read ``settings.XSM_CELERY`` now and return it validated.
+
+    Raises:
+        ConfigurationError: for an unknown key (with the closest valid one) or a bad value.
+    """
+    raw = getattr(django_settings, "XSM_CELERY", None) or {}
+    if not isinstance(raw, Mapping):
+        raise ConfigurationError(
+            f"XSM_CELERY must be a dict, got {type(raw).__name__}; "
+            "write XSM_CELERY = {'DATABASE': 'default', ...} in settings.py"
+        )
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in _KEYS:
+            close = difflib.get_close_matches(str(key), list(_KEYS), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigurationError(
+                f"unknown XSM_CELERY key {key!r}{hint} Valid keys: {', '.join(sorted(_KEYS))}"
+            )
+        values[_KEYS[key]] = value
+    if "redact_keys" in values:
+        values["redact_keys"] = tuple(values["redact_keys"])
+    resolved = XsmDjangoSettings(**values)
+    _check(resolved)
+    return resolved
+
+
+def _check(conf: XsmDjangoSettings) -> None:
+    for name in ("relay_batch", "timers_batch", "bulk_replay_limit"):
+        value = getattr(conf, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigurationError(
+                f"XSM_CELERY[{name.upper()!r}] must be a positive int, got {value!r}"
+            )
+    if not isinstance(conf.relay_lease_s, (int, float)) or not conf.relay_lease_s > 0:
+        raise ConfigurationError(
+            f"XSM_CELERY['RELAY_LEASE_S'] must be a positive number, got {conf.relay_lease_s!r}"
+        )
+    if conf.database not in django_settings.DATABASES:
+        raise ConfigurationError(
+            f"XSM_CELERY['DATABASE'] is {conf.database!r}, which is not in DATABASES "
+            f"({', '.join(django_settings.DATABASES)}); name one of those aliases"
+        )
+
+
+def import_string(path: str) -> Any:
+    """Import ``module:attr`` or ``module.attr`` and return the attribute.
+
+    Raises:
+        ConfigurationError: when the module or the attribute cannot be found.
+    """
+    module_name, sep, attr = path.partition(":")
+    if not sep:
+        module_name, _, attr = path.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+        return getattr(module, attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"cannot import {path!r} ({exc}); give 'package.module:attribute'"
+        ) from exc

@@ -1,0 +1,182 @@
+"""Database models: dead letters and their audit trail, outbox, inbox, snapshots, timers."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+from xsm_celery.patterns.dead_letter import DeadLetterReason
+
+__all__ = ["AuditEntry", "DeadLetterRecord"]
+
+REASON_CHOICES = [(r.value, r.value.replace("_", " ")) for r in DeadLetterReason]
+
+
+class AuditAction(models.TextChoices):
+    """What an operator did to a dead letter."""
+
+    REPLAY = "replay", _("replay")
+    DRY_RUN = "dry_run", _("replay dry run")
+    RESOLVE = "resolve", _("resolve")
+    PURGE = "purge", _("purge")
+
+
+class DeadLetterRecord(models.Model):
+    """One dead letter: work that gave up, kept for an operator to triage or replay.
+
+    The columns mirror ``xsm_celery.patterns.DeadLetter`` one to one, plus a few derived
+    columns (``taken_on``, ``last_error``, ``error_text``, ``subject``) that exist so the
+    admin can filter, search and build a date hierarchy without parsing JSON in SQL.
+    """
+
+    id: models.CharField[str, str] = models.CharField(
+        _("id"), max_length=64, primary_key=True,
+        help_text=_("Sortable record id (UUIDv7 style); newer records sort later."),
+    )
+    machine_id: models.CharField[str, str] = models.CharField(
+        _("machine"), max_length=200, db_index=True,
+        help_text=_("Id of the chart whose run gave up."),
+    )
+    state_id: models.CharField[str, str] = models.CharField(
+        _("state"), max_length=300,
+        help_text=_("Full dotted id of the state the machine was in when it gave up."),
+    )
+    event: models.JSONField = models.JSONField(
+        _("event"), default=dict, blank=True,
+        help_text=_("The event being handled: {type, payload}."),
+    )
+    attempts: models.PositiveIntegerField[int | None, int | None] = models.PositiveIntegerField(
+        _("attempts"), null=True, blank=True,
+        help_text=_("Attempts made before giving up; empty when not counted."),
+    )
+    errors: models.JSONField = models.JSONField(
+        _("error chain"), default=list, blank=True,
+        help_text=_("Failures oldest first, each {source, name, type, message}."),
+    )
+    snapshot: models.JSONField = models.JSONField(
+        _("snapshot"), default=dict, blank=True,
+        help_text=_("Redacted machine snapshot at the moment it gave up."),
+    )
+    taken_at: models.FloatField[float, float] = models.FloatField(
+        _("taken at (epoch s)"), db_index=True,
+        help_text=_("When the record was written, in epoch seconds (exact)."),
+    )
+    taken_on: models.DateTimeField[dt.datetime, dt.datetime] = models.DateTimeField(
+        _("taken on"), db_index=True,
+        help_text=_("When the record was written, as a date for filters and the hierarchy."),
+    )
+    reason: models.CharField[str, str] = models.CharField(
+        _("reason"), max_length=32, choices=REASON_CHOICES, db_index=True,
+        help_text=_("Why the work was dead-lettered."),
+    )
+    envelope: models.JSONField = models.JSONField(
+        _("envelope"), null=True, blank=True,
+        help_text=_("The redacted CloudEvents envelope, for envelope dead letters."),
+    )
+    topic: models.CharField[str | None, str | None] = models.CharField(
+        _("topic"), max_length=255, null=True, blank=True,
+        help_text=_("Topic the envelope came from, for envelope dead letters."),
+    )
+    subject: models.CharField[str | None, str | None] = models.CharField(
+        _("subject"), max_length=255, null=True, blank=True, db_index=True,
+        help_text=_("The envelope subject (the instance key), copied for search."),
+    )
+    machine_hash: models.CharField[str | None, str | None] = models.CharField(
+        _("chart hash"), max_length=128, null=True, blank=True,
+        help_text=_("Structure hash of the chart; replay is refused when it has changed."),
+    )
+    machine_version: models.CharField[str | None, str | None] = models.CharField(
+        _("chart version"), max_length=64, null=True, blank=True,
+        help_text=_("The chart's version key, if it declares one."),
+    )
+    resolved_at: models.FloatField[float | None, float | None] = models.FloatField(
+        _("resolved at (epoch s)"), null=True, blank=True, db_index=True,
+        help_text=_("When an operator resolved or replayed it; empty while open."),
+    )
+    task_name: models.CharField[str | None, str | None] = models.CharField(
+        _("task"), max_length=255, null=True, blank=True, db_index=True,
+        help_text=_("Celery task name, for task dead letters."),
+    )
+    task_id: models.CharField[str | None, str | None] = models.CharField(
+        _("task id"), max_length=255, null=True, blank=True, db_index=True,
+        help_text=_("Celery task id of the run that gave up."),
+    )
+    task_args: models.JSONField = models.JSONField(
+        _("task args"), null=True, blank=True,
+        help_text=_("Redacted positional arguments of the task."),
+    )
+    task_kwargs: models.JSONField = models.JSONField(
+        _("task kwargs"), null=True, blank=True,
+        help_text=_("Redacted keyword arguments of the task."),
+    )
+    hostname: models.CharField[str | None, str | None] = models.CharField(
+        _("worker"), max_length=255, null=True, blank=True,
+        help_text=_("Hostname of the worker that ran the last attempt."),
+    )
+    last_error: models.CharField[str, str] = models.CharField(
+        _("last error"), max_length=500, blank=True, default="",
+        help_text=_("'Type: message' of the newest error, shown in the list."),
+    )
+    error_text: models.TextField[str, str] = models.TextField(
+        _("error text"), blank=True, default="",
+        help_text=_("Every error of the chain as text, for search."),
+    )
+
+    class Meta:
+        verbose_name = _("dead letter")
+        verbose_name_plural = _("dead letters")
+        ordering = ("-taken_at", "-id")
+        permissions = (
+            ("replay_deadletterrecord", _("Can replay dead letters")),
+            ("purge_deadletterrecord", _("Can purge dead letters")),
+        )
+
+    def __str__(self) -> str:
+        what = self.task_name or self.machine_id
+        return f"{what} @ {self.state_id} ({self.reason})"
+
+
+class AuditEntry(models.Model):
+    """One operator action on a dead letter: who, when, what, why, and how it went.
+
+    ``record_id`` is a plain column, not a foreign key, so the trail outlives a purge.
+    """
+
+    record_id: models.CharField[str, str] = models.CharField(
+        _("record id"), max_length=64, db_index=True,
+        help_text=_("Id of the dead letter acted on (kept after the record is purged)."),
+    )
+    action: models.CharField[str, str] = models.CharField(
+        _("action"), max_length=32,
+        help_text=_("replay, dry_run, resolve or purge (other tools may add their own)."),
+    )
+    actor: models.CharField[str, str] = models.CharField(
+        _("who"), max_length=150,
+        help_text=_("User name (or tool) that acted."),
+    )
+    reason: models.TextField[str, str] = models.TextField(
+        _("reason"), blank=True, default="",
+        help_text=_("Why the operator acted, as they wrote it."),
+    )
+    outcome: models.TextField[str, str] = models.TextField(
+        _("outcome"), blank=True, default="",
+        help_text=_("What happened: sent task id, refused with why, purged, ..."),
+    )
+    at: models.FloatField[float, float] = models.FloatField(
+        _("at (epoch s)"),
+        help_text=_("When the action happened, in epoch seconds (exact)."),
+    )
+    created: models.DateTimeField[dt.datetime, dt.datetime] = models.DateTimeField(
+        _("when"), db_index=True,
+        help_text=_("When the action happened, as a date."),
+    )
+
+    class Meta:
+        verbose_name = _("dead-letter audit entry")
+        verbose_name_plural = _("dead-letter audit trail")
+        ordering = ("id",)
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.record_id} by {self.actor}"
