@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-
 from hypothesis import HealthCheck, given, settings
 
 from tests.contract_dead_letters import DeadLetterStoreContract, records
