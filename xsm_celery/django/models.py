@@ -9,7 +9,15 @@ from django.utils.translation import gettext_lazy as _
 
 from xsm_celery.patterns.dead_letter import DeadLetterReason
 
-__all__ = ["AuditEntry", "DeadLetterRecord"]
+__all__ = [
+    "AuditAction",
+    "AuditEntry",
+    "DeadLetterRecord",
+    "DurableTimer",
+    "InboxRecord",
+    "MachineSnapshot",
+    "OutboxMessage",
+]
 
 REASON_CHOICES = [(r.value, r.value.replace("_", " ")) for r in DeadLetterReason]
 
@@ -180,3 +188,182 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} {self.record_id} by {self.actor}"
+
+
+class OutboxMessage(models.Model):
+    """One envelope waiting to be published, written in the same transaction as the state.
+
+    A relay leases rows with ``claimed_by`` / ``claimed_until`` so that several relays can
+    drain one outbox without publishing a row twice at the same time.
+    """
+
+    seq: models.BigAutoField[int, int] = models.BigAutoField(
+        _("sequence"), primary_key=True,
+        help_text=_("Increasing row number; rows are published in this order."),
+    )
+    topic: models.CharField[str, str] = models.CharField(
+        _("topic"), max_length=255,
+        help_text=_("Topic (routing key) the envelope is published on."),
+    )
+    envelope_id: models.CharField[str, str] = models.CharField(
+        _("envelope id"), max_length=64, db_index=True,
+        help_text=_("CloudEvents id of the envelope; consumers deduplicate on it."),
+    )
+    event_type: models.CharField[str, str] = models.CharField(
+        _("type"), max_length=255,
+        help_text=_("CloudEvents type of the envelope."),
+    )
+    subject: models.CharField[str | None, str | None] = models.CharField(
+        _("subject"), max_length=255, null=True, blank=True, db_index=True,
+        help_text=_("CloudEvents subject (the instance key)."),
+    )
+    envelope: models.TextField[str, str] = models.TextField(
+        _("envelope"),
+        help_text=_("The envelope as structured-mode JSON, exactly as it will be published."),
+    )
+    created_at: models.FloatField[float, float] = models.FloatField(
+        _("created at (epoch s)"),
+        help_text=_("When the row was written, in epoch seconds."),
+    )
+    created: models.DateTimeField[dt.datetime, dt.datetime] = models.DateTimeField(
+        _("created"), db_index=True,
+        help_text=_("When the row was written, as a date."),
+    )
+    sent_at: models.FloatField[float | None, float | None] = models.FloatField(
+        _("sent at (epoch s)"), null=True, blank=True, db_index=True,
+        help_text=_("When the broker accepted it; empty while pending."),
+    )
+    claimed_by: models.CharField[str | None, str | None] = models.CharField(
+        _("claimed by"), max_length=128, null=True, blank=True,
+        help_text=_("Relay holding the lease on this row, if any."),
+    )
+    claimed_until: models.FloatField[float | None, float | None] = models.FloatField(
+        _("claimed until (epoch s)"), null=True, blank=True,
+        help_text=_("When the relay's lease runs out; another relay may take it after."),
+    )
+
+    class Meta:
+        verbose_name = _("outbox message")
+        verbose_name_plural = _("outbox")
+        ordering = ("seq",)
+        indexes = (models.Index(fields=("sent_at", "seq"), name="xsm_outbox_pending"),)
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.event_type} -> {self.topic}"
+
+
+class InboxRecord(models.Model):
+    """One idempotency key seen by a consumer, so a redelivery is answered, not re-run."""
+
+    scope: models.CharField[str, str] = models.CharField(
+        _("scope"), max_length=255,
+        help_text=_("Principal and instance the key belongs to (source and subject)."),
+    )
+    key: models.CharField[str, str] = models.CharField(
+        _("key"), max_length=255,
+        help_text=_("Idempotency key, the envelope id by default."),
+    )
+    fingerprint: models.CharField[str, str] = models.CharField(
+        _("fingerprint"), max_length=255,
+        help_text=_("Identifies the event and payload first seen under this key."),
+    )
+    receipt: models.TextField[str | None, str | None] = models.TextField(
+        _("receipt"), null=True, blank=True,
+        help_text=_("JSON receipt a redelivery is answered with; empty while in flight."),
+    )
+    expires_at: models.FloatField[float | None, float | None] = models.FloatField(
+        _("expires at (epoch s)"), null=True, blank=True, db_index=True,
+        help_text=_("When the entry stops counting; empty for never."),
+    )
+    created: models.DateTimeField[dt.datetime, dt.datetime] = models.DateTimeField(
+        _("created"),
+        help_text=_("When the key was first claimed."),
+    )
+
+    class Meta:
+        verbose_name = _("inbox entry")
+        verbose_name_plural = _("inbox")
+        constraints = (
+            models.UniqueConstraint(fields=("scope", "key"), name="xsm_inbox_scope_key"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.scope}/{self.key}"
+
+
+class MachineSnapshot(models.Model):
+    """The saved snapshot of one persisted machine instance."""
+
+    key: models.CharField[str, str] = models.CharField(
+        _("key"), max_length=255, unique=True,
+        help_text=_("Instance key (for the dispatcher, the envelope subject)."),
+    )
+    snapshot: models.TextField[str, str] = models.TextField(
+        _("snapshot"),
+        help_text=_("The machine snapshot as JSON, exactly as the engine wrote it."),
+    )
+    version: models.PositiveBigIntegerField[int, int] = models.PositiveBigIntegerField(
+        _("version"),
+        help_text=_("Grows by one per save; optimistic locking compares it."),
+    )
+    machine_version: models.CharField[str, str] = models.CharField(
+        _("chart version"), max_length=64, blank=True, default="",
+        help_text=_("Version of the chart the snapshot was taken from."),
+    )
+    updated_at: models.FloatField[float, float] = models.FloatField(
+        _("updated at (epoch s)"),
+        help_text=_("When it was last saved, in epoch seconds."),
+    )
+    updated: models.DateTimeField[dt.datetime, dt.datetime] = models.DateTimeField(
+        _("updated"), db_index=True,
+        help_text=_("When it was last saved, as a date."),
+    )
+
+    class Meta:
+        verbose_name = _("machine snapshot")
+        verbose_name_plural = _("machine snapshots")
+        ordering = ("key",)
+
+    def __str__(self) -> str:
+        return f"{self.key} v{self.version}"
+
+
+class DurableTimer(models.Model):
+    """An ``after`` timer too long for a task countdown, fired by a scanner when due."""
+
+    id: models.CharField[str, str] = models.CharField(
+        _("id"), max_length=64, primary_key=True,
+        help_text=_("Sortable timer id."),
+    )
+    key: models.CharField[str, str] = models.CharField(
+        _("instance key"), max_length=255, db_index=True,
+        help_text=_("Key of the machine instance the timer belongs to."),
+    )
+    due_at: models.FloatField[float, float] = models.FloatField(
+        _("due at (epoch s)"), db_index=True,
+        help_text=_("When the timer fires, in epoch seconds (wall clock)."),
+    )
+    due: models.DateTimeField[dt.datetime, dt.datetime] = models.DateTimeField(
+        _("due"),
+        help_text=_("When the timer fires, as a date."),
+    )
+    payload: models.JSONField = models.JSONField(
+        _("payload"), default=dict, blank=True,
+        help_text=_("What the scanner needs to fire it (event, task, arguments)."),
+    )
+    claimed_by: models.CharField[str | None, str | None] = models.CharField(
+        _("claimed by"), max_length=128, null=True, blank=True,
+        help_text=_("Scanner holding the lease on this timer, if any."),
+    )
+    claimed_until: models.FloatField[float | None, float | None] = models.FloatField(
+        _("claimed until (epoch s)"), null=True, blank=True,
+        help_text=_("When the scanner's lease runs out."),
+    )
+
+    class Meta:
+        verbose_name = _("durable timer")
+        verbose_name_plural = _("durable timers")
+        ordering = ("due_at", "id")
+
+    def __str__(self) -> str:
+        return f"{self.key} @ {self.due}"

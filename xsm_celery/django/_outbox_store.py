@@ -1,0 +1,138 @@
+"""``DjangoOutboxStore``: the transactional outbox in the app's table, with relay leases.
+
+``add()`` is a plain insert, so inside ``transaction.atomic()`` (or a
+``DjangoSnapshotStore.lock()`` block, which opens one) the row commits or rolls back with
+the state change it announces. Leases are taken with a compare-and-set ``UPDATE`` that
+re-checks the lease in its ``WHERE`` clause, which is safe on every database Django
+supports, with or without row locks.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from django.db import connections, transaction
+from django.db.models import Q
+
+from xsm_celery.django._base import DjangoStoreBase
+from xsm_celery.django._dates import to_datetime
+from xsm_celery.django._errors import store_errors
+from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, OutboxRecord
+
+if TYPE_CHECKING:
+    from xsm_celery.django.models import OutboxMessage
+    from xsm_celery.eda.envelope import Envelope
+
+__all__ = ["DjangoOutboxStore"]
+
+
+class DjangoOutboxStore(DjangoStoreBase):
+    """The ``OutboxStore`` protocol over ``OutboxMessage`` rows.
+
+    Args:
+        using: Database alias; ``XSM_CELERY["DATABASE"]`` when None. Give the snapshot
+            store the same alias so both write in one transaction.
+        wall: Epoch-seconds clock for creation, sending and lease times.
+    """
+
+    def add(self, topic: str, envelope: Envelope) -> int:
+        """Append a row for ``envelope`` on ``topic`` and return its sequence number."""
+        now = self._wall()
+        with store_errors("add", self.using):
+            row = _model().objects.using(self.using).create(
+                topic=topic,
+                envelope_id=envelope.id,
+                event_type=envelope.type,
+                subject=envelope.subject,
+                envelope=envelope.to_json(),
+                created_at=now,
+                created=to_datetime(now),
+            )
+        return int(row.seq)
+
+    def pending(self, limit: int = 100) -> builtins.list[OutboxRecord]:
+        """Up to ``limit`` unsent rows in sequence order, leased or not."""
+        rows = _model().objects.using(self.using).filter(sent_at__isnull=True).order_by("seq")
+        with store_errors("pending", self.using):
+            return [_record(row) for row in rows[: _limit(limit)]]
+
+    def claim(
+        self, limit: int, owner: str, lease_s: float = DEFAULT_CLAIM_LEASE_S
+    ) -> builtins.list[OutboxRecord]:
+        """Lease up to ``limit`` unsent rows to ``owner`` for ``lease_s`` seconds.
+
+        Rows under another owner's live lease are skipped; rows already leased to
+        ``owner`` come back again, so a restarted relay reclaims its own rows at once.
+        """
+        if not owner:
+            raise ValueError("owner must be a non-empty string naming the relay")
+        if not lease_s > 0:
+            raise ValueError(f"lease_s must be a positive number of seconds, got {lease_s!r}")
+        now = self._wall()
+        until = now + lease_s
+        free = Q(claimed_until__isnull=True) | Q(claimed_until__lte=now) | Q(claimed_by=owner)
+        rows = _model().objects.using(self.using).filter(free, sent_at__isnull=True)
+        with store_errors("claim", self.using), transaction.atomic(using=self.using):
+            candidates = rows.order_by("seq")
+            if connections[self.using].features.has_select_for_update_skip_locked:
+                candidates = candidates.select_for_update(skip_locked=True)
+            seqs = builtins.list(candidates.values_list("seq", flat=True)[: _limit(limit)])
+            rows.filter(seq__in=seqs).update(claimed_by=owner, claimed_until=until)
+            won = _model().objects.using(self.using).filter(
+                seq__in=seqs, claimed_by=owner, claimed_until=until
+            )
+            return [_record(row) for row in won.order_by("seq")]
+
+    def release(self, seqs: Iterable[int], owner: str) -> int:
+        """Hand back ``owner``'s leases on ``seqs``; return how many were released."""
+        rows = _model().objects.using(self.using).filter(
+            seq__in=builtins.list(seqs), claimed_by=owner, sent_at__isnull=True
+        )
+        with store_errors("release", self.using):
+            return int(rows.update(claimed_by=None, claimed_until=None))
+
+    def mark_sent(self, seqs: Iterable[int]) -> int:
+        """Mark rows as published (dropping their lease); return how many changed."""
+        rows = _model().objects.using(self.using).filter(
+            seq__in=builtins.list(seqs), sent_at__isnull=True
+        )
+        with store_errors("mark_sent", self.using):
+            return int(rows.update(sent_at=self._wall(), claimed_by=None, claimed_until=None))
+
+    def purge_sent(self, *, older_than_s: float = 86400.0) -> int:
+        """Delete rows sent more than ``older_than_s`` seconds ago; return how many."""
+        if not older_than_s >= 0:
+            raise ValueError(f"older_than_s must be >= 0 seconds, got {older_than_s!r}")
+        cutoff = self._wall() - older_than_s
+        rows = _model().objects.using(self.using).filter(sent_at__lt=cutoff)
+        with store_errors("purge_sent", self.using):
+            deleted, _ = rows.delete()
+        return deleted
+
+    def count(self, *, pending_only: bool = False) -> int:
+        """How many rows the outbox holds (only unsent ones with ``pending_only``)."""
+        rows = _model().objects.using(self.using)
+        if pending_only:
+            rows = rows.filter(sent_at__isnull=True)
+        with store_errors("count", self.using):
+            return int(rows.count())
+
+
+def _model() -> type[OutboxMessage]:
+    from xsm_celery.django.models import OutboxMessage
+
+    return OutboxMessage
+
+
+def _limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValueError(f"limit must be an integer >= 0, got {limit!r}")
+    return limit
+
+
+def _record(row: OutboxMessage) -> OutboxRecord:
+    from xsm_celery.eda.envelope import Envelope
+
+    return OutboxRecord(int(row.seq), row.topic, Envelope.from_json(row.envelope))
