@@ -27,6 +27,12 @@ def _fill(outbox: DjangoOutboxStore, n: int) -> list[int]:
     return [outbox.add("orders", Envelope.new(type="order.paid", subject=f"o-{i}")) for i in range(n)]
 
 
+def _pay_then_fail(snapshots: DjangoSnapshotStore, outbox: DjangoOutboxStore) -> None:
+    snapshots.save("o-1", '{"value": "paid"}')
+    outbox.add("orders", Envelope.new(type="order.paid", subject="o-1"))
+    raise RuntimeError("forced failure after the write")
+
+
 def test_it_implements_the_protocol(outbox: DjangoOutboxStore) -> None:
     """The store satisfies the runtime-checkable OutboxStore protocol."""
     assert isinstance(outbox, OutboxStore)
@@ -121,9 +127,7 @@ def test_rows_roll_back_with_the_snapshot_inside_atomic(db_alias: str, wall: Wal
     outbox = DjangoOutboxStore(using=db_alias, wall=wall)
     snapshots = DjangoSnapshotStore(using=db_alias, wall=wall)
     with pytest.raises(RuntimeError), transaction.atomic(using=db_alias):
-        snapshots.save("o-1", '{"value": "paid"}')
-        outbox.add("orders", Envelope.new(type="order.paid", subject="o-1"))
-        raise RuntimeError("forced failure after the write")
+        _pay_then_fail(snapshots, outbox)
     assert outbox.count() == 0
     assert snapshots.load("o-1") is None
 
@@ -136,9 +140,7 @@ def test_rows_commit_with_the_snapshot_inside_the_lock(db_alias: str, wall: Wall
         snapshots.save("o-1", '{"value": "open"}')
         outbox.add("orders", Envelope.new(type="order.opened", subject="o-1"))
     with pytest.raises(RuntimeError), snapshots.lock("o-1"):
-        snapshots.save("o-1", '{"value": "paid"}')
-        outbox.add("orders", Envelope.new(type="order.paid", subject="o-1"))
-        raise RuntimeError("forced failure after the write")
+        _pay_then_fail(snapshots, outbox)
     assert [r.envelope.type for r in outbox.pending()] == ["order.opened"]
     loaded = snapshots.load("o-1")
     assert loaded is not None
