@@ -1,0 +1,90 @@
+"""Exit codes and one-line errors shared by every ``xsm-celery`` command.
+
+Operators pipe ``--json`` output into other tools, so nothing but the result may reach
+stdout, and an error must be one line on stderr that a log or a script can quote. Click's
+own usage errors print the usage block first; the command classes here turn them into
+the same one-line form, whether the command runs as ``xsm-celery`` or inside ``celery``.
+"""
+
+from __future__ import annotations
+
+from typing import IO, Any
+
+import click
+
+__all__ = [
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "EXIT_REPLAY_FAILED",
+    "CliError",
+    "OneLineCommand",
+    "OneLineGroup",
+]
+
+#: Success.
+EXIT_OK = 0
+
+#: A real replay ran and its outcome was not a success (the record stays unresolved).
+EXIT_REPLAY_FAILED = 1
+
+#: Refused input: a missing store file, an unsupported URL, an unknown id, a bad age or
+#: limit, a missing guard-rail flag (``--yes``, ``--reason``) or a refused replay.
+EXIT_REFUSED = 2
+
+#: The prefix of every error line.
+PREFIX = "xsm dlq: error:"
+
+
+class CliError(click.ClickException):
+    """Refused input: one line on stderr, exit status 2."""
+
+    exit_code = EXIT_REFUSED
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        """Print ``xsm dlq: error: <message>`` on one line of stderr."""
+        message = " ".join(self.format_message().split())
+        click.echo(f"{PREFIX} {message}", err=True, file=file)
+
+
+def _one_line(exc: click.UsageError) -> CliError:
+    return CliError(exc.format_message())
+
+
+class OneLineCommand(click.Command):
+    """A command whose usage errors are one-line ``CliError``s."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Parse as click does, but report a usage error on one line."""
+        try:
+            return super().parse_args(ctx, args)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as exc:
+            raise _one_line(exc) from None
+
+
+class OneLineGroup(click.Group):
+    """A group whose usage errors (bad option, unknown sub-command) are one line."""
+
+    command_class = OneLineCommand
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Parse as click does, but report a usage error on one line."""
+        try:
+            return super().parse_args(ctx, args)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as exc:
+            raise _one_line(exc) from None
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """Find the sub-command; an unknown one is a one-line error."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as exc:
+            raise _one_line(exc) from None
+
+
+OneLineGroup.group_class = OneLineGroup
