@@ -39,7 +39,7 @@ def pg_schema_url(postgres_url: str) -> Iterator[str]:
 
 def redacted(record: DeadLetter) -> DeadLetter:
     """``record`` with every field the store masks on write masked by the engine's redact()."""
-    from xsm_celery.engine import redact
+    from xsm_celery.engine.redact import redact
 
     def mask(value: Any) -> Any:
         return None if value is None else redact(value)

@@ -153,12 +153,12 @@ def test_secrets_are_redacted_again_on_write(tmp_path: Path) -> None:
 
 def test_extra_redact_keys_are_masked_too(tmp_path: Path) -> None:
     """Keys given in redact_keys are masked on top of the engine's default list."""
-    store = SQLAlchemyDeadLetterStore(_url(tmp_path / "dlq.db"), redact_keys=["iban"])
-    record = make_record(task_kwargs={"iban": "DE89 3704", "amount": 10})
+    store = SQLAlchemyDeadLetterStore(_url(tmp_path / "dlq.db"), redact_keys=["loyalty_number"])
+    record = make_record(task_kwargs={"loyalty_number": "LN-77", "amount": 10})
     store.put(record)
     got = store.get(record.id)
     assert got is not None
-    assert got.task_kwargs == {"iban": "***", "amount": 10}
+    assert got.task_kwargs == {"loyalty_number": "***", "amount": 10}
 
 
 def _raw_body(store: SQLAlchemyDeadLetterStore, record_id: str) -> str:

@@ -197,9 +197,9 @@ class SQLAlchemyDeadLetterStore:
             return [_record(row.body, row.resolved_at) for row in conn.execute(query)]
 
     def _redact(self, record: DeadLetter) -> DeadLetter:
-        from xsm_celery.engine import DEFAULT_REDACT_KEYS, redact
+        from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS, redact
 
-        keys = tuple(DEFAULT_REDACT_KEYS) + self._extra_keys
+        keys = DEFAULT_REDACT_KEYS + self._extra_keys if self._extra_keys else DEFAULT_REDACT_KEYS
 
         def mask(value: Any) -> Any:
             return None if value is None else redact(value, keys)
