@@ -17,6 +17,8 @@ from xsm_celery.eda.envelope import (
     new_id,
 )
 from xsm_celery.eda.fake import FakeBrokerAdapter, SyncFakeBrokerAdapter
+from xsm_celery.eda.outbox_store import MemoryOutboxStore, SQLiteOutboxStore
+from xsm_celery.eda.relay import OutboxRelay
 from xsm_celery.errors import BrokerPublishError, EnvelopeCorruptError, EnvelopeTooLargeError
 from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, OutboxRecord, OutboxStore
 
@@ -37,8 +39,11 @@ __all__ = [
     "SyncFakeBrokerAdapter",
     # Outbox
     "DEFAULT_CLAIM_LEASE_S",
+    "MemoryOutboxStore",
     "OutboxRecord",
+    "OutboxRelay",
     "OutboxStore",
+    "SQLiteOutboxStore",
     # Errors
     "BrokerPublishError",
     "EnvelopeCorruptError",

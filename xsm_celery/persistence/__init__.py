@@ -7,6 +7,8 @@ SQLAlchemy, Django and Redis integrations implement.
 from __future__ import annotations
 
 from xsm_celery.errors import ConflictError, StoreError
+from xsm_celery.persistence.inbox import MemoryInbox, SQLiteInbox, fingerprint
+from xsm_celery.persistence.memory import MemoryStore
 from xsm_celery.persistence.protocols import (
     DEFAULT_CLAIM_LEASE_S,
     DueTimer,
@@ -18,8 +20,16 @@ from xsm_celery.persistence.protocols import (
     StoredSnapshot,
     TimerStore,
 )
+from xsm_celery.persistence.sqlite import SQLiteDatabase, SQLiteStore
 
 __all__ = [
+    # Stores
+    "MemoryInbox",
+    "MemoryStore",
+    "SQLiteDatabase",
+    "SQLiteInbox",
+    "SQLiteStore",
+    "fingerprint",
     # Protocols and records
     "DEFAULT_CLAIM_LEASE_S",
     "DueTimer",

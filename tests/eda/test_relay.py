@@ -1,0 +1,235 @@
+"""OutboxRelay: order, at-least-once marking, leases across relays, failures handed back."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+from tests.eda.outbox_contract import FakeClock
+from xsm_celery.eda import (
+    BrokerPublishError,
+    Envelope,
+    FakeBrokerAdapter,
+    MemoryOutboxStore,
+    OutboxRelay,
+    SQLiteOutboxStore,
+    SyncFakeBrokerAdapter,
+)
+
+
+def _fill(outbox: object, n: int, topic: str = "orders") -> list[Envelope]:
+    envs = [Envelope.new(type="order.paid", subject=f"o-{i}", data={"n": i}) for i in range(n)]
+    for env in envs:
+        outbox.add(topic, env)  # type: ignore[attr-defined]
+    return envs
+
+
+class BatchingBroker(SyncFakeBrokerAdapter):
+    """A fake that also offers publish_many and records each batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[int] = []
+
+    def publish_many(self, topic: str, envelopes: Iterable[Envelope]) -> None:
+        items = list(envelopes)
+        self.batches.append(len(items))
+        for env in items:
+            self.publish(topic, env)
+
+
+class NoLeaseOutbox:
+    """An outbox without claim(): the relay must fall back to pending()."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryOutboxStore()
+
+    def add(self, topic: str, env: Envelope) -> int:
+        return self.inner.add(topic, env)
+
+    def pending(self, limit: int = 100) -> list:  # type: ignore[type-arg]
+        return self.inner.pending(limit)
+
+    def mark_sent(self, seqs: Iterable[int]) -> int:
+        return self.inner.mark_sent(seqs)
+
+
+def test_relay_publishes_in_order_and_marks_sent() -> None:
+    """Rows go out in sequence order and are marked sent; a second run sends nothing."""
+    outbox, broker = MemoryOutboxStore(), SyncFakeBrokerAdapter()
+    envs = _fill(outbox, 5)
+    relay = OutboxRelay(outbox, broker)
+    assert relay.relay_once_sync() == 5
+    assert [e.id for e in broker.published_on("orders")] == [e.id for e in envs]
+    assert relay.count(pending_only=True) == 0
+    assert relay.relay_once_sync() == 0
+
+
+def test_relay_respects_the_batch_size() -> None:
+    """One run publishes at most `batch` rows; relay_all_sync drains the rest."""
+    outbox, broker = MemoryOutboxStore(), SyncFakeBrokerAdapter()
+    _fill(outbox, 25)
+    relay = OutboxRelay(outbox, broker, batch=10)
+    assert relay.relay_once_sync() == 10
+    assert relay.relay_all_sync() == 15
+    assert len(broker.published) == 25
+
+
+def test_failed_publish_keeps_the_row_and_releases_the_rest() -> None:
+    """A broker failure marks the accepted rows, hands the others back, and raises."""
+    outbox, broker = MemoryOutboxStore(), SyncFakeBrokerAdapter()
+    _fill(outbox, 4)
+    relay_a = OutboxRelay(outbox, broker, owner="a")
+    original = broker.publish
+    calls = {"n": 0}
+
+    def flaky(topic: str, env: Envelope) -> None:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise BrokerPublishError("broker down")
+        original(topic, env)
+
+    broker.publish = flaky  # type: ignore[method-assign]
+    with pytest.raises(BrokerPublishError):
+        relay_a.relay_once_sync()
+    assert outbox.count(pending_only=True) == 2
+    relay_b = OutboxRelay(outbox, SyncFakeBrokerAdapter(), owner="b")
+    assert relay_b.relay_once_sync() == 2
+
+
+def test_fail_next_publish_keeps_every_row() -> None:
+    """With the first publish failing, no row is lost and the next run sends them all."""
+    outbox, broker = MemoryOutboxStore(), SyncFakeBrokerAdapter()
+    _fill(outbox, 3)
+    relay = OutboxRelay(outbox, broker)
+    broker.fail_next_publish()
+    with pytest.raises(BrokerPublishError):
+        relay.relay_once_sync()
+    assert outbox.count(pending_only=True) == 3
+    assert relay.relay_once_sync() == 3
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_relay_dying_mid_batch_leaves_rows_for_another_after_the_lease(
+    kind: str, tmp_path: Path
+) -> None:
+    """Rows of a relay that died are published by another once the lease expires: none lost."""
+    clock = FakeClock()
+    outbox = (
+        MemoryOutboxStore(clock=clock)
+        if kind == "memory"
+        else SQLiteOutboxStore(tmp_path / "o.db", clock=clock)
+    )
+    envs = _fill(outbox, 10)
+    broker = SyncFakeBrokerAdapter()
+    dead = outbox.claim(4, "relay-a", 30)
+    for row in dead[:2]:
+        broker.publish(row.topic, row.envelope)
+    survivor = OutboxRelay(outbox, broker, owner="relay-b", lease_s=30)
+    assert survivor.relay_once_sync() == 6
+    assert survivor.relay_once_sync() == 0
+    clock.advance(31)
+    assert survivor.relay_once_sync() == 4
+    published = [e.id for e in broker.published_on("orders")]
+    assert set(published) == {e.id for e in envs}
+    assert len(published) == 12
+
+
+def test_seed_leases_example() -> None:
+    """Two relays with leases never publish one row twice (seed 003)."""
+    outbox, broker = MemoryOutboxStore(), SyncFakeBrokerAdapter()
+    _fill(outbox, 10)
+    held = outbox.claim(limit=4, owner="relay-a", lease_s=30)
+    relay_b = OutboxRelay(outbox, broker, owner="relay-b", lease_s=30)
+    assert relay_b.relay_once_sync() == 6
+    outbox.release([r.seq for r in held], owner="relay-a")
+    assert relay_b.relay_once_sync() == 4
+    assert len({e.id for e in broker.published_on("orders")}) == 10
+
+
+def test_store_without_claim_falls_back_to_pending() -> None:
+    """A custom store with no claim() is drained through pending()."""
+    outbox, broker = NoLeaseOutbox(), SyncFakeBrokerAdapter()
+    _fill(outbox, 3)
+    assert OutboxRelay(outbox, broker).relay_once_sync() == 3
+    assert OutboxRelay(outbox, broker).relay_once_sync() == 0
+
+
+def test_batched_publish_groups_runs_of_one_topic() -> None:
+    """With publish_many, consecutive rows of one topic go out in one call, order kept."""
+    outbox, broker = MemoryOutboxStore(), BatchingBroker()
+    _fill(outbox, 3, "a")
+    _fill(outbox, 2, "b")
+    _fill(outbox, 1, "a")
+    assert OutboxRelay(outbox, broker).relay_once_sync() == 6
+    assert broker.batches == [3, 2]
+    assert [len(broker.published_on(t)) for t in ("a", "b")] == [4, 2]
+
+
+def test_batched_publish_failure_releases_the_batch() -> None:
+    """A failing publish_many leaves the whole run pending."""
+    outbox, broker = MemoryOutboxStore(), BatchingBroker()
+    _fill(outbox, 3)
+    broker.fail_next_publish()
+    with pytest.raises(BrokerPublishError):
+        OutboxRelay(outbox, broker).relay_once_sync()
+    assert outbox.count(pending_only=True) == 3
+
+
+def test_use_batches_false_publishes_one_by_one() -> None:
+    """use_batches=False ignores publish_many."""
+    outbox, broker = MemoryOutboxStore(), BatchingBroker()
+    _fill(outbox, 3)
+    OutboxRelay(outbox, broker, use_batches=False).relay_once_sync()
+    assert broker.batches == []
+
+
+def test_async_relay() -> None:
+    """relay_once publishes through an async adapter."""
+    outbox, broker = MemoryOutboxStore(), FakeBrokerAdapter()
+    _fill(outbox, 3)
+    assert asyncio.run(OutboxRelay(outbox, broker).relay_once()) == 3
+    assert len(broker.published_on("orders")) == 3
+
+
+def test_async_relay_failure_keeps_rows() -> None:
+    """An async publish failure leaves the rows pending and raises."""
+    outbox, broker = MemoryOutboxStore(), FakeBrokerAdapter()
+    _fill(outbox, 2)
+    broker.fail_next_publish()
+    with pytest.raises(BrokerPublishError):
+        asyncio.run(OutboxRelay(outbox, broker).relay_once())
+    assert outbox.count(pending_only=True) == 2
+
+
+def test_default_owner_names_host_and_pid() -> None:
+    """The default owner is host:pid:id so relays in one process differ."""
+    import os
+    import socket
+
+    a = OutboxRelay(MemoryOutboxStore(), SyncFakeBrokerAdapter())
+    b = OutboxRelay(MemoryOutboxStore(), SyncFakeBrokerAdapter())
+    assert a.owner.startswith(f"{socket.gethostname()}:{os.getpid()}:")
+    assert a.owner != b.owner
+
+
+@pytest.mark.parametrize(("batch", "lease"), [(0, 30.0), (True, 30.0), (10, 0.0)])
+def test_bad_arguments_are_refused(batch: int, lease: float) -> None:
+    """A batch below one or a non-positive lease is refused at construction."""
+    with pytest.raises(ValueError):
+        OutboxRelay(MemoryOutboxStore(), SyncFakeBrokerAdapter(), batch=batch, lease_s=lease)
+
+
+def test_purge_sent_through_the_relay() -> None:
+    """purge_sent on the relay removes old sent rows from its store."""
+    clock = FakeClock()
+    outbox, broker = MemoryOutboxStore(clock=clock), SyncFakeBrokerAdapter()
+    _fill(outbox, 2)
+    relay = OutboxRelay(outbox, broker)
+    relay.relay_once_sync()
+    clock.advance(100)
+    assert relay.purge_sent(older_than_s=50) == 2
+    assert relay.count() == 0

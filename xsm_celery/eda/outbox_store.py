@@ -1,0 +1,282 @@
+"""Outbox stores: envelopes waiting for the relay, with row leases for several relays.
+
+``SQLiteOutboxStore(sqlite_store)`` writes through the snapshot store's database, so a
+row commits or rolls back with the snapshot it describes. ``MemoryOutboxStore`` is the
+same behaviour in memory, for tests.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from xsm_celery.eda.envelope import Envelope
+from xsm_celery.errors import StoreError
+from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, OutboxRecord
+from xsm_celery.persistence.sqlite import SQLiteDatabase, SQLiteStore
+
+__all__ = ["MemoryOutboxStore", "SQLiteOutboxStore"]
+
+_CHUNK = 500
+
+
+def _check_claim(limit: int, owner: str, lease_s: float) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValueError(f"limit must be an int >= 0, got {limit!r}")
+    if not isinstance(owner, str) or not owner or len(owner) > 128:
+        raise ValueError(f"owner must be a non-empty string of at most 128 characters: {owner!r}")
+    if not lease_s > 0:
+        raise ValueError(f"lease_s must be > 0 seconds, got {lease_s!r}")
+
+
+@dataclass
+class _Row:
+    topic: str
+    envelope: Envelope
+    created_at: float
+    sent_at: float | None = None
+    claimed_by: str | None = None
+    claimed_until: float | None = None
+
+
+class MemoryOutboxStore:
+    """Thread-safe in-memory outbox with the same leases as the SQL stores.
+
+    Args:
+        clock: Epoch-seconds clock for leases and ``purge_sent`` (tests inject one).
+    """
+
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+        self._clock = clock
+        self._rows: dict[int, _Row] = {}
+        self._unsent: dict[int, None] = {}
+        self._next = 1
+        self._lock = threading.Lock()
+
+    def add(self, topic: str, envelope: Envelope) -> int:
+        """Append a row and return its sequence number."""
+        if not isinstance(envelope, Envelope):
+            raise TypeError(f"add() needs an Envelope, got {type(envelope).__name__}")
+        with self._lock:
+            seq = self._next
+            self._next += 1
+            self._rows[seq] = _Row(topic, envelope, self._clock())
+            self._unsent[seq] = None
+        return seq
+
+    def pending(self, limit: int = 100) -> list[OutboxRecord]:
+        """Return up to ``limit`` unsent rows in sequence order."""
+        with self._lock:
+            seqs = list(self._unsent)[: max(limit, 0)]
+            return [OutboxRecord(s, self._rows[s].topic, self._rows[s].envelope) for s in seqs]
+
+    def claim(
+        self, limit: int, owner: str, lease_s: float = DEFAULT_CLAIM_LEASE_S
+    ) -> list[OutboxRecord]:
+        """Lease up to ``limit`` unsent rows to ``owner``, skipping others' live leases."""
+        _check_claim(limit, owner, lease_s)
+        now = self._clock()
+        out: list[OutboxRecord] = []
+        with self._lock:
+            for seq in self._unsent:
+                if len(out) >= limit:
+                    break
+                row = self._rows[seq]
+                held = row.claimed_until is not None and row.claimed_until > now
+                if held and row.claimed_by != owner:
+                    continue
+                row.claimed_by, row.claimed_until = owner, now + lease_s
+                out.append(OutboxRecord(seq, row.topic, row.envelope))
+        return out
+
+    def release(self, seqs: Iterable[int], owner: str) -> int:
+        """Hand back ``owner``'s leases on ``seqs``; return how many were released."""
+        released = 0
+        with self._lock:
+            for seq in seqs:
+                row = self._rows.get(seq)
+                if row is not None and row.sent_at is None and row.claimed_by == owner:
+                    row.claimed_by = row.claimed_until = None
+                    released += 1
+        return released
+
+    def mark_sent(self, seqs: Iterable[int]) -> int:
+        """Mark rows as published; return how many changed."""
+        now = self._clock()
+        changed = 0
+        with self._lock:
+            for seq in seqs:
+                row = self._rows.get(seq)
+                if row is not None and row.sent_at is None:
+                    row.sent_at = now
+                    row.claimed_by = row.claimed_until = None
+                    self._unsent.pop(seq, None)
+                    changed += 1
+        return changed
+
+    def purge_sent(self, *, older_than_s: float = 86400.0) -> int:
+        """Delete rows sent more than ``older_than_s`` seconds ago; return how many."""
+        cutoff = self._clock() - older_than_s
+        with self._lock:
+            doomed = [
+                seq
+                for seq, row in self._rows.items()
+                if row.sent_at is not None and row.sent_at <= cutoff
+            ]
+            for seq in doomed:
+                del self._rows[seq]
+        return len(doomed)
+
+    def count(self, *, pending_only: bool = False) -> int:
+        """Return how many rows are held (only unsent ones with ``pending_only``)."""
+        with self._lock:
+            return len(self._unsent) if pending_only else len(self._rows)
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS xsm_outbox (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    subject TEXT,
+    envelope TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    sent_at REAL,
+    claimed_by VARCHAR(128),
+    claimed_until REAL
+);
+CREATE INDEX IF NOT EXISTS xsm_outbox_unsent ON xsm_outbox (seq) WHERE sent_at IS NULL
+"""
+_LEASE_COLUMNS = (("claimed_by", "VARCHAR(128)"), ("claimed_until", "REAL"))
+
+
+class SQLiteOutboxStore:
+    """Outbox in SQLite (WAL, file 0600), sharing a ``SQLiteStore``'s transactions.
+
+    Built over a ``SQLiteStore`` it writes through the same connection: rows added while
+    a snapshot is being saved commit or roll back with it. Opening a table made by an
+    older version adds the lease columns.
+
+    Args:
+        store_or_path: A ``SQLiteStore`` to share, a ``SQLiteDatabase``, or a file path.
+        clock: Epoch-seconds clock for leases and ``purge_sent``.
+    """
+
+    def __init__(
+        self,
+        store_or_path: SQLiteStore | SQLiteDatabase | str | os.PathLike[str],
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if isinstance(store_or_path, SQLiteStore):
+            self.db = store_or_path.db
+        elif isinstance(store_or_path, SQLiteDatabase):
+            self.db = store_or_path
+        else:
+            self.db = SQLiteDatabase(store_or_path)
+        self._clock = clock
+        self.db.script(_SCHEMA)
+        present = self.db.columns("xsm_outbox")
+        for name, kind in _LEASE_COLUMNS:
+            if name not in present:
+                self.db.write(f"ALTER TABLE xsm_outbox ADD COLUMN {name} {kind}")
+
+    def add(self, topic: str, envelope: Envelope) -> int:
+        """Append a row (in the current transaction, if any) and return its sequence number."""
+        if not isinstance(envelope, Envelope):
+            raise TypeError(f"add() needs an Envelope, got {type(envelope).__name__}")
+        cursor = self.db.write(
+            "INSERT INTO xsm_outbox (id, topic, subject, envelope, created_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (envelope.id, topic, envelope.subject, envelope.to_json(), self._clock()),
+        )
+        if cursor.lastrowid is None:
+            raise StoreError("SQLite did not return the new outbox row's sequence number")
+        return int(cursor.lastrowid)
+
+    def add_many(self, rows: Iterable[tuple[str, Envelope]]) -> None:
+        """Append several rows in one transaction (faster than ``add`` in a loop)."""
+        now = self._clock()
+        self.db.write_many(
+            "INSERT INTO xsm_outbox (id, topic, subject, envelope, created_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [(env.id, topic, env.subject, env.to_json(), now) for topic, env in rows],
+        )
+
+    def pending(self, limit: int = 100) -> list[OutboxRecord]:
+        """Return up to ``limit`` unsent rows in sequence order."""
+        rows = self.db.query(
+            "SELECT seq, topic, envelope FROM xsm_outbox WHERE sent_at IS NULL "
+            "ORDER BY seq LIMIT ?",
+            (int(limit),),
+        )
+        return [_record(row) for row in rows]
+
+    def claim(
+        self, limit: int, owner: str, lease_s: float = DEFAULT_CLAIM_LEASE_S
+    ) -> list[OutboxRecord]:
+        """Lease up to ``limit`` unsent rows to ``owner``, skipping others' live leases."""
+        _check_claim(limit, owner, lease_s)
+        now = self._clock()
+        with self.db.transaction() as conn:
+            rows = conn.execute(
+                "SELECT seq, topic, envelope FROM xsm_outbox WHERE sent_at IS NULL AND "
+                "(claimed_until IS NULL OR claimed_until <= ? OR claimed_by = ?) "
+                "ORDER BY seq LIMIT ?",
+                (now, owner, limit),
+            ).fetchall()
+            if rows:
+                conn.execute(
+                    "UPDATE xsm_outbox SET claimed_by = ?, claimed_until = ? "
+                    "WHERE seq BETWEEN ? AND ? AND sent_at IS NULL AND "
+                    "(claimed_until IS NULL OR claimed_until <= ? OR claimed_by = ?)",
+                    (owner, now + lease_s, rows[0][0], rows[-1][0], now, owner),
+                )
+        return [_record(row) for row in rows]
+
+    def release(self, seqs: Iterable[int], owner: str) -> int:
+        """Hand back ``owner``'s leases on ``seqs``; return how many were released."""
+        return self._update_chunks(
+            "UPDATE xsm_outbox SET claimed_by = NULL, claimed_until = NULL "
+            "WHERE sent_at IS NULL AND claimed_by = ? AND seq IN ({})",
+            (owner,),
+            list(seqs),
+        )
+
+    def mark_sent(self, seqs: Iterable[int]) -> int:
+        """Mark rows as published; return how many changed."""
+        return self._update_chunks(
+            "UPDATE xsm_outbox SET sent_at = ?, claimed_by = NULL, claimed_until = NULL "
+            "WHERE sent_at IS NULL AND seq IN ({})",
+            (self._clock(),),
+            list(seqs),
+        )
+
+    def _update_chunks(self, sql: str, head: tuple[object, ...], seqs: list[int]) -> int:
+        changed = 0
+        with self.db.transaction() as conn:
+            for start in range(0, len(seqs), _CHUNK):
+                part = seqs[start : start + _CHUNK]
+                marks = ",".join("?" * len(part))
+                changed += conn.execute(sql.format(marks), (*head, *part)).rowcount
+        return changed
+
+    def purge_sent(self, *, older_than_s: float = 86400.0) -> int:
+        """Delete rows sent more than ``older_than_s`` seconds ago; return how many."""
+        cutoff = self._clock() - older_than_s
+        return self.db.write(
+            "DELETE FROM xsm_outbox WHERE sent_at IS NOT NULL AND sent_at <= ?", (cutoff,)
+        ).rowcount
+
+    def count(self, *, pending_only: bool = False) -> int:
+        """Return how many rows are held (only unsent ones with ``pending_only``)."""
+        where = " WHERE sent_at IS NULL" if pending_only else ""
+        return int(self.db.query(f"SELECT COUNT(*) FROM xsm_outbox{where}")[0][0])
+
+
+def _record(row: tuple[int, str, str]) -> OutboxRecord:
+    seq, topic, text = row
+    return OutboxRecord(seq, topic, Envelope.from_json(text))
