@@ -23,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from xsm_celery.engine.redact import redact
 from xsm_celery.ids import new_id
 from xsm_celery.patterns.dead_letter import DeadLetter, DeadLetterReason
 
@@ -59,9 +60,12 @@ _text = st.text(
     alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
     max_size=20,
 )
+# Keys a store would redact on write (``SWIFT``, ``pin``) are left out: stores that redact
+# are allowed to change them, and that is tested where each store is.
+_key = _text.filter(lambda k: redact({k: 0}) == {k: 0})
 _json = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**53), 2**53) | _text,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_key, inner, max_size=3),
     max_leaves=8,
 )
 _error = st.fixed_dictionaries(
@@ -72,15 +76,15 @@ _error = st.fixed_dictionaries(
 @st.composite
 def records(draw: st.DrawFn) -> DeadLetter:
     """Arbitrary dead letters whose values JSON and every database can hold exactly."""
-    envelope = draw(st.none() | st.dictionaries(_text, _json, max_size=3))
+    envelope = draw(st.none() | st.dictionaries(_key, _json, max_size=3))
     return DeadLetter(
         id=new_id(),
         machine_id=draw(_text.filter(bool)),
         state_id=draw(_text),
-        event={"type": draw(_text), "payload": draw(st.dictionaries(_text, _json, max_size=3))},
+        event={"type": draw(_text), "payload": draw(st.dictionaries(_key, _json, max_size=3))},
         attempts=draw(st.none() | st.integers(0, 10_000)),
         errors=draw(st.lists(_error, max_size=4)),
-        snapshot=draw(st.dictionaries(_text, _json, max_size=4)),
+        snapshot=draw(st.dictionaries(_key, _json, max_size=4)),
         taken_at=draw(st.floats(0, 4_000_000_000, allow_nan=False)),
         reason=draw(st.sampled_from([r.value for r in DeadLetterReason])),
         envelope=envelope,
@@ -91,7 +95,7 @@ def records(draw: st.DrawFn) -> DeadLetter:
         task_name=draw(st.none() | _text),
         task_id=draw(st.none() | _text),
         task_args=draw(st.none() | st.lists(_json, max_size=3)),
-        task_kwargs=draw(st.none() | st.dictionaries(_text, _json, max_size=3)),
+        task_kwargs=draw(st.none() | st.dictionaries(_key, _json, max_size=3)),
         hostname=draw(st.none() | _text),
     )
 

@@ -185,7 +185,7 @@ class DjangoDeadLetterStore:
 
     def _redact(self, record: DeadLetter) -> DeadLetter:
         from xsm_celery.django.conf import get_settings
-        from xsm_celery.engine import DEFAULT_REDACT_KEYS, redact
+        from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS, redact
 
         keys = (*DEFAULT_REDACT_KEYS, *get_settings().redact_keys, *self._extra_keys)
 
