@@ -8,6 +8,13 @@ both sources of dead letters share one record); patterns never imports eda.
 from __future__ import annotations
 
 from xsm_celery.eda.broker import BatchPublisher, BrokerAdapter, Delivery, SyncBrokerAdapter
+from xsm_celery.eda.dead_letter import (
+    DEAD_LETTER_EVENT_TYPE,
+    BrokerDeadLetterSink,
+    SQLiteDeadLetterStore,
+    dlq_topic,
+    redact_record,
+)
 from xsm_celery.eda.envelope import (
     ATTEMPT_EXTENSION,
     MAX_DATA_DEPTH,
@@ -20,6 +27,11 @@ from xsm_celery.eda.fake import FakeBrokerAdapter, SyncFakeBrokerAdapter
 from xsm_celery.eda.outbox_store import MemoryOutboxStore, SQLiteOutboxStore
 from xsm_celery.eda.relay import OutboxRelay
 from xsm_celery.errors import BrokerPublishError, EnvelopeCorruptError, EnvelopeTooLargeError
+from xsm_celery.patterns.dead_letter import (
+    DeadLetter,
+    DeadLetterStore,
+    MemoryDeadLetterStore,
+)
 from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, OutboxRecord, OutboxStore
 
 __all__ = [
@@ -44,6 +56,15 @@ __all__ = [
     "OutboxRelay",
     "OutboxStore",
     "SQLiteOutboxStore",
+    # Dead letters
+    "DEAD_LETTER_EVENT_TYPE",
+    "BrokerDeadLetterSink",
+    "DeadLetter",
+    "DeadLetterStore",
+    "MemoryDeadLetterStore",
+    "SQLiteDeadLetterStore",
+    "dlq_topic",
+    "redact_record",
     # Errors
     "BrokerPublishError",
     "EnvelopeCorruptError",
