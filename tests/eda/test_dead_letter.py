@@ -198,4 +198,4 @@ def test_sink_without_store_has_no_reading_methods() -> None:
     """Without a store the sink does not pretend to list records."""
     sink = BrokerDeadLetterSink(SyncFakeBrokerAdapter(), "orders")
     with pytest.raises(AttributeError):
-        sink.list()  # noqa: B018
+        sink.list()
