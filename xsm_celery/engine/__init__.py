@@ -1,1 +1,87 @@
-"""Placeholder: this package is being built; nothing is public yet."""
+"""The statechart engine: charts, machines, interpreters, clocks, plugins and snapshots.
+
+Standard library only. The public names are re-exported from ``xsm_celery`` too.
+"""
+
+from __future__ import annotations
+
+from xsm_celery.engine.aio import Interpreter
+from xsm_celery.engine.chart import ActionDef, AfterDef, GuardDef, InvokeDef, StateNode, Transition
+from xsm_celery.engine.clock import Clock, RealClock, SimulatedClock, TimerHandle, WallClock
+from xsm_celery.engine.events import (
+    ENGINE_EVENT_PREFIXES,
+    EngineEvent,
+    Event,
+    Receipt,
+    is_engine_event_type,
+)
+from xsm_celery.engine.hashing import structure_hash
+from xsm_celery.engine.invoke import ActorRef, CallbackLogic, from_callback
+from xsm_celery.engine.logic import MachineLogic
+from xsm_celery.engine.machine import Machine, create_machine, load_chart
+from xsm_celery.engine.plugins import (
+    LoggingInspector,
+    PluginBase,
+    clear_global_plugins,
+    global_plugins,
+    register_global,
+    unregister_global,
+)
+from xsm_celery.engine.redact import (
+    DEFAULT_REDACT_KEYS,
+    PRIVATE_CONTEXT_PREFIX,
+    is_private_context_key,
+    public_context,
+    redact,
+)
+from xsm_celery.engine.snapshot import DEFAULT_MAX_SNAPSHOT_BYTES
+from xsm_celery.engine.sync import SyncInterpreter
+
+__all__ = [
+    # Machines
+    "Machine",
+    "MachineLogic",
+    "create_machine",
+    "load_chart",
+    "structure_hash",
+    # Chart model
+    "ActionDef",
+    "AfterDef",
+    "GuardDef",
+    "InvokeDef",
+    "StateNode",
+    "Transition",
+    # Interpreters
+    "Interpreter",
+    "SyncInterpreter",
+    "DEFAULT_MAX_SNAPSHOT_BYTES",
+    # Events
+    "ENGINE_EVENT_PREFIXES",
+    "EngineEvent",
+    "Event",
+    "Receipt",
+    "is_engine_event_type",
+    # Actors
+    "ActorRef",
+    "CallbackLogic",
+    "from_callback",
+    # Clocks
+    "Clock",
+    "RealClock",
+    "SimulatedClock",
+    "TimerHandle",
+    "WallClock",
+    # Plugins
+    "LoggingInspector",
+    "PluginBase",
+    "clear_global_plugins",
+    "global_plugins",
+    "register_global",
+    "unregister_global",
+    # Redaction
+    "DEFAULT_REDACT_KEYS",
+    "PRIVATE_CONTEXT_PREFIX",
+    "is_private_context_key",
+    "public_context",
+    "redact",
+]

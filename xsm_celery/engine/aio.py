@@ -1,0 +1,158 @@
+"""Interpreter: the asyncio driver of the same step code ``SyncInterpreter`` runs.
+
+The step itself never awaits; what the async driver adds is how work arrives. Services that
+return an awaitable run as tasks on the loop and report back through ``onDone``/``onError``;
+events from other threads are drained by the loop; with a ``WallClock`` the loop wakes the
+interpreter when its next timer is due.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, Literal, overload
+
+from xsm_celery.engine.events import EngineEvent, Receipt, to_event
+from xsm_celery.engine.invoke import ActorRef
+from xsm_celery.engine.plugins import dispatch
+from xsm_celery.engine.runtime import RUNNING, Core
+
+if TYPE_CHECKING:
+    from xsm_celery.engine.chart import InvokeDef, StateNode
+    from xsm_celery.engine.clock import Clock
+    from xsm_celery.engine.machine import Machine
+
+__all__ = ["Interpreter"]
+
+logger = logging.getLogger("xsm_celery.engine")
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable
+
+
+class Interpreter(Core):
+    """Run a machine inside an asyncio event loop: ``await start()``, ``await send()``.
+
+    Charts, logic and plugins are the ones ``SyncInterpreter`` takes; services may also be
+    ``async def``. Use it from one event loop; other threads use ``send_threadsafe``.
+    """
+
+    def __init__(self, machine: Machine, clock: Clock | None = None) -> None:
+        super().__init__(machine, clock)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake_handle: asyncio.TimerHandle | None = None
+        self._wake_due: float | None = None
+
+    def _bind_loop(self) -> asyncio.AbstractEventLoop | None:
+        if self._loop is None:
+            try:
+                self._loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return None
+        return self._loop
+
+    async def start(self) -> Interpreter:
+        """Enter the initial states and settle them; returns ``self``."""
+        self._bind_loop()
+        self._begin()
+        await asyncio.sleep(0)
+        return self
+
+    @overload
+    async def send(
+        self, event_or_type: Any, /, *, wait: Literal[False] = ..., **payload: Any
+    ) -> None: ...
+
+    @overload
+    async def send(
+        self, event_or_type: Any, /, *, wait: Literal[True], **payload: Any
+    ) -> Receipt: ...
+
+    async def send(
+        self, event_or_type: Any, /, *, wait: bool = False, **payload: Any
+    ) -> Receipt | None:
+        """Process an event to completion (see ``SyncInterpreter.send``), then yield once."""
+        self._bind_loop()
+        receipt = self._send(to_event(event_or_type, payload), wait)
+        await asyncio.sleep(0)
+        return receipt
+
+    async def stop(self) -> None:
+        """Stop: cancel timers and tasks, run actor cleanups. Idempotent."""
+        self._cancel_wake()
+        self._halt()
+        await asyncio.sleep(0)
+
+    def _wake(self) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            loop.call_soon_threadsafe(self._drain_mailbox)
+        except RuntimeError:
+            logger.debug("machine %r: event loop closed; mailbox left for tick()", self.id)
+
+    def _timers_armed(self) -> None:
+        if self.clock.is_simulated or not self._timer_heap:
+            return
+        loop = self._bind_loop()
+        if loop is None:
+            return
+        due = self._timer_heap[0][0]
+        if self._wake_due is not None and self._wake_due <= due:
+            return
+        self._cancel_wake()
+        self._wake_due = due
+        delay_s = max(0.0, (due - self.clock.now()) / 1000.0)
+        self._wake_handle = loop.call_later(delay_s, self._on_wake)
+
+    def _on_wake(self) -> None:
+        self._wake_handle = None
+        self._wake_due = None
+        if self._status == RUNNING and not self._processing:
+            self._fire_due(self.clock.now())
+        self._timers_armed()
+
+    def _cancel_wake(self) -> None:
+        if self._wake_handle is not None:
+            self._wake_handle.cancel()
+        self._wake_handle = None
+        self._wake_due = None
+
+    def _start_awaitable(self, inv: InvokeDef, node: StateNode, result: Any) -> None:
+        loop = self._bind_loop()
+        if loop is None:
+            super()._start_awaitable(inv, node, result)
+            return
+        actor = ActorRef(self, inv)
+        self._actors.setdefault(node, []).append(actor)
+        self.children[inv.id] = actor
+        task = loop.create_task(_await(result))
+        actor.task = task
+        task.add_done_callback(lambda t: self._task_finished(node, actor, t))
+
+    def _task_finished(self, node: StateNode, actor: ActorRef, task: asyncio.Task[Any]) -> None:
+        if actor.stopped or task.cancelled():
+            return
+        self._forget_actor(node, actor)
+        actor.stopped = True
+        inv = actor.definition
+        error = task.exception()
+        if error is not None:
+            if self._plugins:
+                dispatch(self, self._plugins, "on_service_error", (inv, error))
+            event = EngineEvent(inv.error_type, error, inv.id)
+        else:
+            result = task.result()
+            if self._plugins:
+                dispatch(self, self._plugins, "on_service_done", (inv, result))
+            event = EngineEvent(inv.done_type, result, inv.id)
+        if self._processing:
+            self._internal.append(event)
+        elif self._status == RUNNING:
+            self._run(event)
+
+    def _halt(self) -> None:
+        self._cancel_wake()
+        super()._halt()

@@ -1,0 +1,429 @@
+"""Turn a chart dict into the state-node tree, refusing what is not a valid statechart.
+
+Every refusal is an :class:`InvalidConfigError` whose ``path`` names the bad node in the
+chart's own keys (``states.retrying.after``), so the message can be acted on without reading
+the whole chart. Targets are resolved in :mod:`xsm_celery.engine.targets` once the tree exists.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from xsm_celery.engine.chart import (
+    STATE_TYPES,
+    ActionDef,
+    AfterDef,
+    GuardDef,
+    InvokeDef,
+    StateNode,
+    Transition,
+)
+from xsm_celery.engine.events import after_event_type, done_state_type
+from xsm_celery.errors import InvalidConfigError, NotSupportedError
+
+__all__ = ["TreeBuilder"]
+
+ROOT_KEYS = frozenset({"context", "version", "predictableActionArguments"})
+STATE_KEYS = frozenset(
+    {
+        "id", "type", "initial", "states", "on", "always", "after", "entry", "exit",
+        "invoke", "tags", "meta", "description", "output", "onDone",
+    }
+)  # fmt: skip
+TRANSITION_KEYS = frozenset(
+    {"target", "actions", "guard", "cond", "reenter", "internal", "description", "meta"}
+)
+INVOKE_KEYS = frozenset({"src", "id", "onDone", "onError", "input", "meta", "description"})
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+class TreeBuilder:
+    """Walk a chart once, creating nodes and raw transitions in document order.
+
+    ``strict`` refuses unknown keys (0.11.0's ``strict_config``); otherwise they are ignored,
+    as XState ignores them. Keys starting with ``x-`` are always allowed for tooling.
+    """
+
+    def __init__(self, config: Mapping[str, Any], *, strict: bool) -> None:
+        self.strict = strict
+        self.nodes: list[StateNode] = []
+        self.by_custom_id: dict[str, StateNode] = {}
+        self.transitions: list[Transition] = []
+        self.invokes: list[InvokeDef] = []
+        self.afters: list[AfterDef] = []
+        self.config = config
+
+    def build(self) -> StateNode:
+        """Build and return the root node; ``nodes`` then lists every node in document order."""
+        config = self.config
+        if not isinstance(config, Mapping):
+            raise InvalidConfigError(f"a chart must be a dict, got {type(config).__name__}")
+        machine_id = config.get("id")
+        if not isinstance(machine_id, str) or not machine_id or "." in machine_id:
+            raise InvalidConfigError(
+                f"the chart needs an 'id' (a non-empty str without dots), got {machine_id!r}",
+                path="id",
+            )
+        if "states" not in config:
+            raise InvalidConfigError("the root needs 'states'; a machine has states", path="")
+        context = config.get("context")
+        if context is not None and not isinstance(context, Mapping):
+            raise InvalidConfigError(
+                f"'context' must be a dict, got {type(context).__name__}", path="context"
+            )
+        root = self._node(machine_id, machine_id, None, "", config)
+        return root
+
+    def _check_keys(self, raw: Mapping[str, Any], allowed: frozenset[str], path: str) -> None:
+        if not self.strict:
+            return
+        for key in raw:
+            if key not in allowed and not (isinstance(key, str) and key.startswith("x-")):
+                raise InvalidConfigError(
+                    f"unknown key {key!r}; fix the spelling, or use 'meta' or an 'x-' prefix "
+                    "for your own data",
+                    path=_join(path, str(key)),
+                )
+
+    def _node(
+        self, key: str, state_id: str, parent: StateNode | None, path: str, raw: Any
+    ) -> StateNode:
+        if not isinstance(raw, Mapping):
+            raise InvalidConfigError(
+                f"a state must be a dict, got {type(raw).__name__}", path=path or "states"
+            )
+        self._check_keys(raw, STATE_KEYS | (ROOT_KEYS if parent is None else frozenset()), path)
+        node = StateNode(key, state_id, parent, path)
+        node.config = raw
+        node.order = len(self.nodes)
+        self.nodes.append(node)
+        if parent is not None:
+            node.ancestors = (parent, *parent.ancestors)
+            node.ancestor_set = frozenset(node.ancestors)
+        self._custom_id(node, raw)
+        children = self._children(node, raw)
+        node.type = self._state_type(node, raw, bool(children))
+        self._initial(node, raw)
+        self._details(node, raw)
+        return node
+
+    def _custom_id(self, node: StateNode, raw: Mapping[str, Any]) -> None:
+        if node.parent is None or "id" not in raw:
+            return
+        custom = raw["id"]
+        if not isinstance(custom, str) or not custom or "." in custom:
+            raise InvalidConfigError(
+                f"a state 'id' must be a non-empty str without dots, got {custom!r}",
+                path=_join(node.path, "id"),
+            )
+        other = self.by_custom_id.get(custom)
+        if other is not None:
+            raise InvalidConfigError(
+                f"duplicate state id {custom!r}, already used by {other.path or 'the root'}; "
+                "custom ids must be unique in a machine",
+                path=_join(node.path, "id"),
+            )
+        self.by_custom_id[custom] = node
+        node.custom_id = custom
+
+    def _children(self, node: StateNode, raw: Mapping[str, Any]) -> tuple[StateNode, ...]:
+        states = raw.get("states")
+        if states is None:
+            return ()
+        spath = _join(node.path, "states")
+        if not isinstance(states, Mapping):
+            raise InvalidConfigError(
+                f"'states' must map state names to dicts, got {type(states).__name__}",
+                path=spath,
+            )
+        children = []
+        for key, child_raw in states.items():
+            if not isinstance(key, str) or not key or "." in key or key.startswith("#"):
+                raise InvalidConfigError(
+                    f"state name {key!r} must be a non-empty str without '.' or leading '#'",
+                    path=_join(spath, str(key)),
+                )
+            child = self._node(key, f"{node.id}.{key}", node, _join(spath, key), child_raw)
+            children.append(child)
+        node.children = tuple(children)
+        node.states = {c.key: c for c in children}
+        return node.children
+
+    def _state_type(self, node: StateNode, raw: Mapping[str, Any], has_children: bool) -> str:
+        declared = raw.get("type")
+        tpath = _join(node.path, "type")
+        if declared == "history":
+            raise NotSupportedError(
+                f"{tpath}: history states are not supported by this engine; "
+                "model the remembered state in context and branch with a guarded 'always'"
+            )
+        if declared is None:
+            return "compound" if has_children else "atomic"
+        if declared not in STATE_TYPES:
+            raise InvalidConfigError(
+                f"unknown state type {declared!r}; use one of {', '.join(STATE_TYPES)}",
+                path=tpath,
+            )
+        if declared == "parallel" and not has_children:
+            raise InvalidConfigError("a parallel state needs 'states' (its regions)", path=tpath)
+        if declared in ("atomic", "final") and has_children:
+            raise InvalidConfigError(
+                f"a {declared} state cannot have 'states'; drop the type or the children",
+                path=tpath,
+            )
+        if declared == "compound" and not has_children:
+            raise InvalidConfigError("a compound state needs 'states'", path=tpath)
+        if node.parent is None and declared == "final":
+            raise InvalidConfigError("the root cannot be a final state", path=tpath)
+        return str(declared)
+
+    def _initial(self, node: StateNode, raw: Mapping[str, Any]) -> None:
+        ipath = _join(node.path, "initial")
+        initial = raw.get("initial")
+        if node.type != "compound":
+            if initial is not None:
+                raise InvalidConfigError(
+                    f"only a compound state has an 'initial'; this one is {node.type}", path=ipath
+                )
+            return
+        if initial is None:
+            node.initial = node.children[0]
+            return
+        if not isinstance(initial, str) or initial not in node.states:
+            raise InvalidConfigError(
+                f"'initial' must name a child state ({', '.join(node.states)}), got {initial!r}",
+                path=ipath,
+            )
+        node.initial = node.states[initial]
+
+    def _details(self, node: StateNode, raw: Mapping[str, Any]) -> None:
+        path = node.path
+        if node.type == "final":
+            for key in ("on", "always", "after", "invoke", "onDone"):
+                if raw.get(key):
+                    raise InvalidConfigError(
+                        "a final state cannot leave: it takes no transitions or invocations",
+                        path=_join(path, key),
+                    )
+        node.entry = self.actions(raw.get("entry"), _join(path, "entry"))
+        node.exit = self.actions(raw.get("exit"), _join(path, "exit"))
+        node.tags = self._tags(raw.get("tags"), _join(path, "tags"))
+        meta = raw.get("meta", {})
+        if not isinstance(meta, Mapping):
+            raise InvalidConfigError("'meta' must be a dict", path=_join(path, "meta"))
+        node.meta = meta
+        description = raw.get("description")
+        node.description = description if isinstance(description, str) else None
+        node.output = raw.get("output")
+        node.on = self._on(node, raw.get("on"))
+        node.always = self.transitions_of(node, "", raw.get("always"), _join(path, "always"))
+        node.after = self._after(node, raw.get("after"))
+        node.invoke = self._invoke(node, raw.get("invoke"))
+        if "onDone" in raw:
+            if node.type not in ("compound", "parallel"):
+                raise InvalidConfigError(
+                    "only compound and parallel states have 'onDone' (use invoke.onDone for "
+                    "a service)",
+                    path=_join(path, "onDone"),
+                )
+            event = done_state_type(node.id)
+            done = self.transitions_of(node, event, raw["onDone"], _join(path, "onDone"))
+            node.on = {**node.on, event: done}
+
+    def _tags(self, raw: Any, path: str) -> frozenset[str]:
+        if raw is None:
+            return frozenset()
+        if isinstance(raw, str):
+            return frozenset((raw,))
+        if not isinstance(raw, (list, tuple)) or not all(isinstance(t, str) for t in raw):
+            raise InvalidConfigError("'tags' must be a list of str", path=path)
+        return frozenset(raw)
+
+    def _on(self, node: StateNode, raw: Any) -> dict[str, tuple[Transition, ...]]:
+        if raw is None:
+            return {}
+        opath = _join(node.path, "on")
+        if not isinstance(raw, Mapping):
+            raise InvalidConfigError(
+                f"'on' must map event names to transitions, got {type(raw).__name__}", path=opath
+            )
+        table: dict[str, tuple[Transition, ...]] = {}
+        for event, spec in raw.items():
+            if not isinstance(event, str) or not event:
+                raise InvalidConfigError(
+                    f"event name {event!r} must be a non-empty str", path=_join(opath, str(event))
+                )
+            table[event] = self.transitions_of(node, event, spec, _join(opath, event))
+        return table
+
+    def transitions_of(
+        self, node: StateNode, event: str, raw: Any, path: str
+    ) -> tuple[Transition, ...]:
+        """Parse one transition spec: a target str, a dict, or a list of guarded candidates."""
+        if raw is None:
+            return ()
+        items = raw if isinstance(raw, list) else [raw]
+        result = []
+        for index, item in enumerate(items):
+            ipath = f"{path}[{index}]" if isinstance(raw, list) else path
+            result.append(self._transition(node, event, item, ipath))
+        return tuple(result)
+
+    def _transition(self, node: StateNode, event: str, raw: Any, path: str) -> Transition:
+        trans = Transition(node, event, path)
+        if isinstance(raw, str):
+            raw = {"target": raw}
+        if not isinstance(raw, Mapping):
+            raise InvalidConfigError(
+                f"a transition must be a target str or a dict, got {type(raw).__name__}",
+                path=path,
+            )
+        self._check_keys(raw, TRANSITION_KEYS, path)
+        target = raw.get("target")
+        if target is None:
+            trans.target_ids = ()
+        elif isinstance(target, str) and target:
+            trans.target_ids = (target,)
+        elif isinstance(target, list) and target and all(isinstance(t, str) for t in target):
+            trans.target_ids = tuple(target)
+        else:
+            raise InvalidConfigError(
+                f"'target' must be a state reference or a list of them, got {target!r}",
+                path=_join(path, "target"),
+            )
+        guard_key = "guard" if "guard" in raw else "cond"
+        trans.guard = self.guard(raw.get(guard_key), _join(path, guard_key))
+        trans.actions = self.actions(raw.get("actions"), _join(path, "actions"))
+        trans.reenter = self._reenter(raw, path)
+        meta = raw.get("meta", {})
+        if not isinstance(meta, Mapping):
+            raise InvalidConfigError("'meta' must be a dict", path=_join(path, "meta"))
+        trans.meta = meta
+        description = raw.get("description")
+        trans.description = description if isinstance(description, str) else None
+        self.transitions.append(trans)
+        return trans
+
+    def _reenter(self, raw: Mapping[str, Any], path: str) -> bool:
+        reenter = raw.get("reenter", False)
+        if "internal" in raw and "reenter" not in raw:
+            reenter = not raw["internal"]
+        if not isinstance(reenter, bool):
+            raise InvalidConfigError(
+                f"'reenter' must be true or false, got {reenter!r}", path=_join(path, "reenter")
+            )
+        return reenter
+
+    def actions(self, raw: Any, path: str) -> tuple[ActionDef, ...]:
+        """Parse an action list: a name, a ``{type, params}`` dict, or a list of those."""
+        if raw is None:
+            return ()
+        items = raw if isinstance(raw, list) else [raw]
+        result = []
+        for index, item in enumerate(items):
+            ipath = f"{path}[{index}]" if isinstance(raw, list) else path
+            if isinstance(item, str) and item:
+                result.append(ActionDef(item, None, None, ipath))
+            elif isinstance(item, Mapping) and isinstance(item.get("type"), str) and item["type"]:
+                result.append(ActionDef(item["type"], item.get("params"), None, ipath))
+            else:
+                raise InvalidConfigError(
+                    f"an action must be a name or a {{'type', 'params'}} dict, got {item!r}",
+                    path=ipath,
+                )
+        return tuple(result)
+
+    def guard(self, raw: Any, path: str) -> GuardDef | None:
+        """Parse a guard: a name or a ``{type, params}`` dict."""
+        if raw is None:
+            return None
+        if isinstance(raw, str) and raw:
+            return GuardDef(raw, None, None, path)
+        if isinstance(raw, Mapping) and isinstance(raw.get("type"), str) and raw["type"]:
+            return GuardDef(raw["type"], raw.get("params"), None, path)
+        raise InvalidConfigError(
+            f"a guard must be a name or a {{'type', 'params'}} dict, got {raw!r}", path=path
+        )
+
+    def _after(self, node: StateNode, raw: Any) -> tuple[AfterDef, ...]:
+        if raw is None:
+            return ()
+        apath = _join(node.path, "after")
+        if not isinstance(raw, Mapping):
+            raise InvalidConfigError(
+                "'after' must map a delay (milliseconds or a delay name) to transitions",
+                path=apath,
+            )
+        result = []
+        for key, spec in raw.items():
+            skey = str(key)
+            kpath = _join(apath, skey)
+            after = AfterDef(skey, after_event_type(skey, node.id), apath)
+            after.delay_ms = _literal_delay(key, apath)
+            if after.delay_ms is None and (not isinstance(key, str) or not key.strip()):
+                raise InvalidConfigError(
+                    f"delay {key!r} is neither milliseconds nor a delay name", path=apath
+                )
+            after.transitions = self.transitions_of(node, after.event_type, spec, kpath)
+            result.append(after)
+            self.afters.append(after)
+        return tuple(result)
+
+    def _invoke(self, node: StateNode, raw: Any) -> tuple[InvokeDef, ...]:
+        if raw is None:
+            return ()
+        ipath = _join(node.path, "invoke")
+        items = raw if isinstance(raw, list) else [raw]
+        result = []
+        for index, item in enumerate(items):
+            path = f"{ipath}[{index}]" if isinstance(raw, list) else ipath
+            if not isinstance(item, Mapping):
+                raise InvalidConfigError("an invoke must be a dict with a 'src'", path=path)
+            self._check_keys(item, INVOKE_KEYS, path)
+            src = item.get("src")
+            if isinstance(src, Mapping):
+                src = src.get("type")
+            if not isinstance(src, str) or not src:
+                raise InvalidConfigError(
+                    f"an invoke needs a 'src' naming a service, got {src!r}",
+                    path=_join(path, "src"),
+                )
+            default_id = node.id if len(items) == 1 else f"{node.id}:invocation[{index}]"
+            invoke_id = item.get("id", default_id)
+            if not isinstance(invoke_id, str) or not invoke_id:
+                raise InvalidConfigError("an invoke 'id' must be a non-empty str", path=path)
+            inv = InvokeDef(node, src, invoke_id, path)
+            inv.input = item.get("input")
+            inv.on_done = self.transitions_of(
+                node, inv.done_type, item.get("onDone"), _join(path, "onDone")
+            )
+            inv.on_error = self.transitions_of(
+                node, inv.error_type, item.get("onError"), _join(path, "onError")
+            )
+            result.append(inv)
+            self.invokes.append(inv)
+        return tuple(result)
+
+
+def _literal_delay(key: Any, path: str) -> float | None:
+    """The milliseconds of a numeric ``after`` key, or None when the key names a delay."""
+    if isinstance(key, bool):
+        raise InvalidConfigError(f"delay {key!r} is not a number of milliseconds", path=path)
+    if isinstance(key, (int, float)):
+        value = float(key)
+    else:
+        try:
+            value = float(str(key))
+        except ValueError:
+            return None
+    if not math.isfinite(value) or value < 0:
+        raise InvalidConfigError(
+            f"delay {key!r} must be a finite number of milliseconds >= 0",
+            path=_join(path, str(key)),
+        )
+    return value

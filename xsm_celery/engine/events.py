@@ -1,0 +1,169 @@
+"""Events a machine receives, the receipt of one, and the names only the engine may mint.
+
+Engine events (``done.invoke.*``, ``error.platform.*``, ``done.state.*``, ``after.*`` and
+anything under ``xstate.``) drive ``onDone``, ``onError`` and ``after`` transitions. They are
+created inside the engine as :class:`EngineEvent` instances; ``send()`` refuses those names so
+a caller (or a message off a bus) cannot complete a service or fire a timer by spelling its
+event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from xsm_celery.errors import InvalidEventError
+
+__all__ = [
+    "ENGINE_EVENT_PREFIXES",
+    "EngineEvent",
+    "Event",
+    "Receipt",
+    "after_event_type",
+    "done_invoke_type",
+    "done_state_type",
+    "error_platform_type",
+    "is_engine_event_type",
+    "to_event",
+]
+
+#: Event-name prefixes reserved for events the engine creates itself.
+ENGINE_EVENT_PREFIXES: tuple[str, ...] = (
+    "done.invoke.",
+    "error.platform.",
+    "done.state.",
+    "after.",
+    "xstate.",
+)
+
+
+class Event:
+    """An event: a ``type`` and a ``payload`` dict; ``data`` is set on done/error events only.
+
+    Plain slotted class rather than a dataclass: one is built per ``send()``, so its
+    construction cost is on the hot path.
+    """
+
+    __slots__ = ("data", "payload", "type")
+
+    def __init__(
+        self, type: str, payload: dict[str, Any] | None = None, data: Any = None
+    ) -> None:
+        self.type = type
+        self.payload = {} if payload is None else payload
+        self.data = data
+
+    def __repr__(self) -> str:
+        extra = f", data={self.data!r}" if self.data is not None else ""
+        return f"{type(self).__name__}(type={self.type!r}, payload={self.payload!r}{extra})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Event):
+            return NotImplemented
+        return (self.type, self.payload, self.data) == (other.type, other.payload, other.data)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``{type, payload}`` form stores and dead letters keep."""
+        return {"type": self.type, "payload": dict(self.payload)}
+
+
+class EngineEvent(Event):
+    """An event the engine created: a timer firing, a service finishing or failing.
+
+    ``origin`` is the id of the invocation or state the event comes from.
+    """
+
+    __slots__ = ("origin",)
+
+    def __init__(self, type: str, data: Any = None, origin: str = "") -> None:
+        super().__init__(type, {}, data)
+        self.origin = origin
+
+
+class Receipt(NamedTuple):
+    """The outcome of one event, as ``send(..., wait=True)`` and ``on_event_processed`` see it.
+
+    Attributes:
+        state_ids: Full ids of the active leaves once the event settled.
+        changed: A transition (targetless ones included) was taken for this event.
+        error: The first error recorded while processing it (an action or an admission
+            failure), or None. The machine keeps running either way.
+        deferred: Always False here; kept so receipts line up with 0.11.0's field order.
+        denied: The active states handle this event but every candidate's guard said no.
+        duplicate: A plugin answered the event from ``on_before_send`` (an inbox replay).
+    """
+
+    state_ids: frozenset[str]
+    changed: bool
+    error: BaseException | None = None
+    deferred: bool = False
+    denied: bool = False
+    duplicate: bool = False
+
+
+def is_engine_event_type(event_type: str) -> bool:
+    """Whether ``event_type`` is reserved for events the engine mints itself."""
+    return event_type.startswith(ENGINE_EVENT_PREFIXES)
+
+
+def done_invoke_type(invoke_id: str) -> str:
+    """The event type a finished invocation produces."""
+    return f"done.invoke.{invoke_id}"
+
+
+def error_platform_type(invoke_id: str) -> str:
+    """The event type a failed invocation produces."""
+    return f"error.platform.{invoke_id}"
+
+
+def done_state_type(state_id: str) -> str:
+    """The event type raised when a compound or parallel state completes."""
+    return f"done.state.{state_id}"
+
+
+def after_event_type(delay_key: str, state_id: str) -> str:
+    """The event type of an ``after`` timer (0.11.0 spells it ``after.<delay>.<state id>``)."""
+    return f"after.{delay_key}.{state_id}"
+
+
+def to_event(event_or_type: Any, payload: dict[str, Any]) -> Event:
+    """Turn the shapes ``send()`` accepts into an :class:`Event`.
+
+    A ``str`` is the type and ``payload`` the keyword arguments; an :class:`Event` is used as
+    is (extra keywords are merged into a copy); a mapping needs a non-empty ``type`` and its
+    other keys become the payload, except that ``{"type", "payload": {...}}`` (the shape
+    :meth:`Event.to_dict` and dead letters use) takes the nested dict as the payload.
+
+    Raises:
+        InvalidEventError: for any other value, or a missing or empty type.
+    """
+    if type(event_or_type) is str:
+        if not event_or_type:
+            raise InvalidEventError("event type is empty; send('NAME') or send({'type': ...})")
+        return Event(event_or_type, payload)
+    if isinstance(event_or_type, Event):
+        if payload:
+            return Event(event_or_type.type, {**event_or_type.payload, **payload})
+        return event_or_type
+    if isinstance(event_or_type, Mapping):
+        etype = event_or_type.get("type")
+        if not isinstance(etype, str) or not etype:
+            raise InvalidEventError(
+                f"event mapping needs a non-empty str 'type', got {etype!r}; "
+                "send({'type': 'NAME', ...})"
+            )
+        nested = event_or_type.get("payload")
+        if len(event_or_type) == 2 and isinstance(nested, Mapping):
+            body = dict(nested)
+        else:
+            body = {str(k): v for k, v in event_or_type.items() if k != "type"}
+        body.update(payload)
+        return Event(etype, body)
+    if isinstance(event_or_type, str):
+        return to_event(str(event_or_type), payload)
+    raise InvalidEventError(
+        f"cannot send {type(event_or_type).__name__} {event_or_type!r}; "
+        "send a str type, an Event or a {'type': ...} mapping"
+    )

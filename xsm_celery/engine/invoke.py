@@ -1,0 +1,123 @@
+"""Invocations: services a state runs while it is active, and callback actors.
+
+A service is ``fn(interp, ctx, event)``; its return value is ``onDone``'s ``event.data`` and
+its exception ``onError``'s. A callback actor (:func:`from_callback`) lives exactly as long as
+its state: it talks back through ``send_back``, listens through ``receive``, and its cleanup
+runs once when the state exits or the interpreter stops, whatever the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from xsm_celery.engine.events import Event, to_event
+
+if TYPE_CHECKING:
+    from xsm_celery.engine.chart import InvokeDef
+
+__all__ = ["ActorRef", "CallbackLogic", "from_callback"]
+
+logger = logging.getLogger("xsm_celery.engine")
+
+SendBack = Callable[..., None]
+Receive = Callable[[Callable[[Event], Any]], None]
+
+
+class CallbackLogic:
+    """A callback actor's setup function, marked so the engine runs it as an actor.
+
+    Calling it calls the setup directly, which is handy in unit tests of the setup.
+    """
+
+    __slots__ = ("setup",)
+
+    def __init__(self, setup: Callable[[SendBack, Receive, Any, Event], Any]) -> None:
+        if not callable(setup):
+            raise TypeError(f"from_callback() needs a callable, got {type(setup).__name__}")
+        self.setup = setup
+
+    def __call__(self, send_back: SendBack, receive: Receive, ctx: Any, event: Event) -> Any:
+        return self.setup(send_back, receive, ctx, event)
+
+    def __repr__(self) -> str:
+        return f"from_callback({getattr(self.setup, '__name__', self.setup)!r})"
+
+
+def from_callback(setup: Callable[[SendBack, Receive, Any, Event], Any]) -> CallbackLogic:
+    """Make ``setup(send_back, receive, ctx, event)`` an actor logic for ``MachineLogic``.
+
+    ``setup`` runs when the invoking state is entered and may return a cleanup callable.
+    ``send_back("EVENT", **payload)`` posts to the machine from any thread (through
+    ``send_threadsafe``, so a sync interpreter handles it at its next ``send()``, ``tick()`` or
+    clock increment); ``receive(handler)`` subscribes to events sent to the actor with
+    ``interp.send_to(actor_id, ...)``. An exception from ``setup`` goes to ``onError``.
+    """
+    return CallbackLogic(setup)
+
+
+class ActorRef:
+    """A running invocation: a callback actor or an async service's task.
+
+    ``stop()`` runs the cleanup exactly once, however many times and from wherever it is
+    called; events it sends back after that are dropped.
+    """
+
+    __slots__ = ("_lock", "cleanup", "definition", "interp", "receivers", "stopped", "task")
+
+    def __init__(self, interp: Any, definition: InvokeDef) -> None:
+        self.interp = interp
+        self.definition = definition
+        self.cleanup: Callable[[], Any] | None = None
+        self.receivers: list[Callable[[Event], Any]] = []
+        self.stopped = False
+        self.task: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def id(self) -> str:
+        """The invocation id (``invoke.id``, or the state's id by default)."""
+        return self.definition.id
+
+    def send_back(self, event_or_type: Any, /, **payload: Any) -> None:
+        """Post an event to the parent machine; dropped once the actor has stopped."""
+        if self.stopped:
+            logger.debug("actor %s stopped; dropped %r", self.id, event_or_type)
+            return
+        self.interp.send_threadsafe(event_or_type, **payload)
+
+    def receive(self, handler: Callable[[Event], Any]) -> None:
+        """Subscribe ``handler`` to events sent to this actor."""
+        self.receivers.append(handler)
+
+    def send(self, event_or_type: Any, /, **payload: Any) -> None:
+        """Deliver an event to the actor's ``receive`` handlers; a raising handler is logged."""
+        if self.stopped:
+            return
+        event = to_event(event_or_type, payload)
+        for handler in list(self.receivers):
+            try:
+                handler(event)
+            except Exception:
+                logger.exception("actor %s: receive handler raised on %s", self.id, event.type)
+
+    def stop(self) -> None:
+        """Stop the actor: cancel its task and run its cleanup, once."""
+        with self._lock:
+            if self.stopped:
+                return
+            self.stopped = True
+            cleanup, self.cleanup = self.cleanup, None
+        if self.task is not None:
+            self.task.cancel()
+        if cleanup is None:
+            return
+        try:
+            cleanup()
+        except Exception:
+            logger.exception("actor %s: cleanup raised; contained", self.id)
+
+    def __repr__(self) -> str:
+        return f"ActorRef(id={self.id!r}, stopped={self.stopped})"

@@ -1,0 +1,211 @@
+"""create_machine(): validate a chart, bind its logic, and freeze the result.
+
+Validation happens here, once, so that a broken chart fails where it is defined (at import or
+start-up) with the path of the bad node, not on the first event that happens to reach it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from xsm_celery.engine.build import TreeBuilder
+from xsm_celery.engine.chart import ActionDef, AfterDef, InvokeDef, StateNode, Transition
+from xsm_celery.engine.hashing import structure_hash
+from xsm_celery.engine.logic import MachineLogic, accepts_params
+from xsm_celery.engine.targets import build_handler_tables, resolve_transitions
+from xsm_celery.errors import ImplementationMissingError, InvalidConfigError, StateNotFoundError
+
+__all__ = ["DEFAULT_CHAIN_LIMIT", "Machine", "create_machine", "load_chart"]
+
+#: Microsteps one event may cause (``always`` chains, done events) before it is a runaway.
+DEFAULT_CHAIN_LIMIT = 1000
+
+class Machine:
+    """An immutable, validated chart bound to its logic; build one with :func:`create_machine`.
+
+    One machine serves any number of interpreters, in any number of threads: nothing on it
+    changes after construction except a bounded cache of computed steps.
+    """
+
+    __slots__ = (
+        "_by_id",
+        "_frozen",
+        "afters",
+        "chain_limit",
+        "config",
+        "has_always",
+        "initial_context",
+        "invokes",
+        "logic",
+        "nodes",
+        "root",
+        "step_cache",
+        "structure_hash",
+        "transitions",
+        "version",
+    )
+
+    def __init__(
+        self, config: Mapping[str, Any], logic: MachineLogic | None, strict_config: bool
+    ) -> None:
+        frozen_config = copy.deepcopy(dict(config)) if isinstance(config, Mapping) else config
+        builder = TreeBuilder(frozen_config, strict=strict_config)
+        root = builder.build()
+        resolve_transitions(builder.transitions, root, builder.by_custom_id)
+        build_handler_tables(builder.nodes)
+        self.config: dict[str, Any] = frozen_config
+        self.root = root
+        self.nodes: tuple[StateNode, ...] = tuple(builder.nodes)
+        self.transitions: tuple[Transition, ...] = tuple(builder.transitions)
+        self.invokes: tuple[InvokeDef, ...] = tuple(builder.invokes)
+        self.afters: tuple[AfterDef, ...] = tuple(builder.afters)
+        self._by_id: dict[str, StateNode] = {n.id: n for n in builder.nodes}
+        for custom, node in builder.by_custom_id.items():
+            self._by_id.setdefault(f"#{custom}", node)
+        self.logic = logic if logic is not None else MachineLogic()
+        self.initial_context: dict[str, Any] = dict(frozen_config.get("context") or {})
+        version = frozen_config.get("version")
+        self.version: str | None = None if version is None else str(version)
+        self.structure_hash = structure_hash(frozen_config)
+        self.chain_limit = DEFAULT_CHAIN_LIMIT
+        self.has_always = any(node.always for node in builder.nodes)
+        self.step_cache: dict[Any, Any] = {}
+        _bind(self, self.logic, check=logic is not None)
+        self._frozen = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if getattr(self, "_frozen", False):
+            raise AttributeError(f"Machine is immutable; cannot set {name!r}")
+        object.__setattr__(self, name, value)
+
+    @property
+    def id(self) -> str:
+        """The chart's root id (also the prefix of every state id)."""
+        return self.root.id
+
+    @property
+    def states(self) -> Mapping[str, StateNode]:
+        """The root's child states by key."""
+        return self.root.states
+
+    def get_state(self, state_id: str) -> StateNode:
+        """The node with this full dotted id (``job.retrying``), relative id or ``#custom``.
+
+        Raises:
+            StateNotFoundError: when nothing has that id.
+        """
+        node = self.find_state(state_id)
+        if node is None:
+            raise StateNotFoundError(state_id, reference_id=self.id)
+        return node
+
+    def find_state(self, state_id: str) -> StateNode | None:
+        """Like :meth:`get_state` but None when nothing matches."""
+        node = self._by_id.get(state_id)
+        if node is None and not state_id.startswith("#"):
+            node = self._by_id.get(f"{self.id}.{state_id}")
+        return node
+
+    def iter_states(self) -> Iterator[StateNode]:
+        """Every state node in document order, the root first."""
+        return iter(self.nodes)
+
+    def __repr__(self) -> str:
+        return f"Machine(id={self.id!r}, states={len(self.nodes)}, hash={self.structure_hash})"
+
+
+def _bind(machine: Machine, logic: MachineLogic, *, check: bool) -> None:
+    """Attach implementations to every named reference; refuse unknown names when ``check``.
+
+    Without logic (``create_machine(chart)``) nothing is refused here: the machine can still
+    be drawn, hashed and inspected, and a name that is still missing when it is needed raises
+    :class:`ImplementationMissingError` at run time.
+    """
+    for action in _all_actions(machine):
+        action.fn = logic.actions.get(action.type)
+        if action.fn is None and check:
+            raise ImplementationMissingError("action", action.type, path=action.path)
+    for trans in machine.transitions:
+        guard = trans.guard
+        if guard is None:
+            continue
+        guard.fn = logic.guards.get(guard.type)
+        if guard.fn is None:
+            if check:
+                raise ImplementationMissingError("guard", guard.type, path=guard.path)
+            continue
+        guard.takes_params = guard.params is not None and accepts_params(guard.fn)
+    for inv in machine.invokes:
+        inv.impl = logic.services.get(inv.src)
+        if inv.impl is None and check:
+            raise ImplementationMissingError("service", inv.src, path=inv.path)
+    for after in machine.afters:
+        if after.delay_ms is not None:
+            continue
+        after.delay_fn = logic.delays.get(after.key)
+        if after.delay_fn is None and check:
+            raise ImplementationMissingError("delay", after.key, path=after.path)
+
+
+def _all_actions(machine: Machine) -> Iterator[ActionDef]:
+    for node in machine.nodes:
+        yield from node.entry
+        yield from node.exit
+    for trans in machine.transitions:
+        yield from trans.actions
+
+
+def create_machine(
+    config: Mapping[str, Any] | str | Path,
+    logic: MachineLogic | None = None,
+    strict_config: bool = False,
+) -> Machine:
+    """Validate a chart and bind it to its logic.
+
+    Args:
+        config: The chart as a dict, or a path to a JSON file, or ``"pkg:name.json"`` for a
+            chart shipped in ``xsm_celery.charts``.
+        logic: The named implementations. When given, every action, guard, service and named
+            delay the chart uses must be in it.
+        strict_config: Refuse unknown keys instead of ignoring them.
+
+    Raises:
+        InvalidConfigError: the chart is not a valid statechart (``path`` names the node).
+        StateNotFoundError: a transition target names no state.
+        ImplementationMissingError: ``logic`` lacks a name the chart uses.
+        NotSupportedError: the chart uses a feature this engine does not run (history).
+    """
+    if isinstance(config, (str, Path)):
+        config = load_chart(config)
+    if logic is not None and not isinstance(logic, MachineLogic):
+        raise TypeError(f"logic must be a MachineLogic, got {type(logic).__name__}")
+    return Machine(config, logic, strict_config)
+
+
+def load_chart(source: str | Path) -> dict[str, Any]:
+    """Read a chart from a JSON file, or from ``xsm_celery.charts`` with a ``pkg:`` prefix.
+
+    Raises:
+        InvalidConfigError: the file is not JSON or not a JSON object.
+    """
+    text_source = str(source)
+    try:
+        if text_source.startswith("pkg:"):
+            name = text_source[4:]
+            text = resources.files("xsm_celery.charts").joinpath(name).read_text("utf-8")
+        else:
+            text = Path(source).read_text("utf-8")
+    except (OSError, ModuleNotFoundError) as exc:
+        raise InvalidConfigError(f"cannot read chart {text_source!r}: {exc}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidConfigError(f"chart {text_source!r} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InvalidConfigError(f"chart {text_source!r} must hold a JSON object")
+    return data

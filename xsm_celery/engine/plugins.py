@@ -1,0 +1,251 @@
+"""Plugins: observers of an interpreter's life, with no-op hooks to override.
+
+A plugin sees events, transitions, actions, guards and services as they happen. It cannot
+break the machine it watches: a hook that raises is logged and reported to the other plugins'
+``on_plugin_error``, and the step goes on. Hook names and arguments follow 0.11.0, so
+plugins written for it move over unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS, redact
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from xsm_celery.engine.chart import ActionDef, InvokeDef, StateNode, Transition
+    from xsm_celery.engine.events import Event, Receipt
+
+__all__ = [
+    "LoggingInspector",
+    "PluginBase",
+    "clear_global_plugins",
+    "global_plugins",
+    "register_global",
+    "unregister_global",
+]
+
+logger = logging.getLogger("xsm_celery.engine")
+
+
+class PluginBase:
+    """Base class of plugins: every hook is a no-op; override the ones you need.
+
+    ``i`` is the interpreter. Hooks are called synchronously on the thread running the step.
+    """
+
+    def on_interpreter_start(self, i: Any) -> None:
+        """The interpreter started, before the initial states are entered."""
+
+    def on_interpreter_stop(self, i: Any) -> None:
+        """The interpreter stopped; timers are cancelled and actors cleaned up."""
+
+    def on_before_send(self, i: Any, event: Event) -> Receipt | None:
+        """A caller sent ``event``; return a Receipt to answer it without running it."""
+        return None
+
+    def on_event_received(self, i: Any, event: Event) -> None:
+        """An event (caller's or engine-minted) is about to be processed."""
+
+    def on_event_processed(self, i: Any, event: Event, receipt: Receipt) -> None:
+        """An event and its eventless transitions have settled; ``receipt`` is the outcome."""
+
+    def on_event_dropped(self, i: Any, event: Event, reason: str) -> None:
+        """An event was not processed: ``not_running`` or ``engine_event`` (a forged name)."""
+
+    def on_transition(
+        self,
+        i: Any,
+        from_states: set[StateNode],
+        to_states: set[StateNode],
+        transition: Transition,
+    ) -> None:
+        """A transition was taken; the sets are the active states before and after."""
+
+    def on_action_execute(self, i: Any, action: ActionDef) -> None:
+        """An action is about to run."""
+
+    def on_action_error(self, i: Any, action: ActionDef, error: BaseException) -> None:
+        """An action raised; the rest of its list was skipped and the machine goes on."""
+
+    def on_guard_evaluated(self, i: Any, guard_name: str, event: Event, result: bool) -> None:
+        """A guard was evaluated (a guard that raised counts as False)."""
+
+    def on_guard_error(self, i: Any, guard_name: str, event: Event, error: BaseException) -> None:
+        """A guard raised; it was treated as False."""
+
+    def on_service_start(self, i: Any, invocation: InvokeDef) -> None:
+        """A service or callback actor is starting."""
+
+    def on_service_done(self, i: Any, invocation: InvokeDef, result: Any) -> None:
+        """A service returned; ``result`` becomes ``onDone``'s ``event.data``."""
+
+    def on_service_error(self, i: Any, invocation: InvokeDef, error: BaseException) -> None:
+        """A service (or an actor's setup) raised; ``error`` becomes ``onError``'s data."""
+
+    def on_plugin_error(self, i: Any, plugin: Any, hook: str, error: BaseException) -> None:
+        """Another plugin's hook raised; it was contained."""
+
+    def on_done(self, i: Any, output: Any) -> None:
+        """The machine reached a top-level final state."""
+
+
+_GLOBAL: list[Any] = []
+_GLOBAL_LOCK = threading.Lock()
+
+
+def register_global(plugin: Any) -> None:
+    """Attach ``plugin`` to every interpreter created from now on (not to existing ones).
+
+    Registering the same object twice is a no-op.
+    """
+    with _GLOBAL_LOCK:
+        if all(p is not plugin for p in _GLOBAL):
+            _GLOBAL.append(plugin)
+
+
+def unregister_global(plugin: Any) -> bool:
+    """Stop attaching ``plugin`` to new interpreters; whether it was registered."""
+    with _GLOBAL_LOCK:
+        for index, existing in enumerate(_GLOBAL):
+            if existing is plugin:
+                del _GLOBAL[index]
+                return True
+    return False
+
+
+def global_plugins() -> list[Any]:
+    """A copy of the global registry, in registration order."""
+    if not _GLOBAL:
+        return []
+    with _GLOBAL_LOCK:
+        return list(_GLOBAL)
+
+
+def clear_global_plugins() -> None:
+    """Empty the global registry (for test teardown)."""
+    with _GLOBAL_LOCK:
+        _GLOBAL.clear()
+
+
+class LoggingInspector(PluginBase):
+    """Logs what a machine does, with secrets redacted from payloads and context.
+
+    Args:
+        logger_name: Logger to write to.
+        level: Level of the routine records (errors are always ERROR or WARNING).
+        redact_keys: Key fragments to mask; defaults to ``DEFAULT_REDACT_KEYS``.
+        log_context: Also log the (redacted) context after each event.
+    """
+
+    def __init__(
+        self,
+        logger_name: str = "xsm_celery.inspector",
+        level: int = logging.INFO,
+        redact_keys: Iterable[str] = DEFAULT_REDACT_KEYS,
+        log_context: bool = False,
+    ) -> None:
+        self.log = logging.getLogger(logger_name)
+        self.level = level
+        self.redact_keys = tuple(redact_keys)
+        self.log_context = log_context
+
+    def _clean(self, value: Any) -> Any:
+        return redact(value, self.redact_keys)
+
+    def on_interpreter_start(self, i: Any) -> None:
+        self.log.log(self.level, "[%s] started", i.id)
+
+    def on_interpreter_stop(self, i: Any) -> None:
+        self.log.log(self.level, "[%s] stopped", i.id)
+
+    def on_event_received(self, i: Any, event: Event) -> None:
+        self.log.log(
+            self.level, "[%s] event %s %s", i.id, event.type, self._clean(event.payload)
+        )
+
+    def on_event_processed(self, i: Any, event: Event, receipt: Receipt) -> None:
+        if self.log_context:
+            self.log.log(
+                self.level, "[%s] after %s: context %s", i.id, event.type, self._clean(i.context)
+            )
+
+    def on_transition(
+        self,
+        i: Any,
+        from_states: set[StateNode],
+        to_states: set[StateNode],
+        transition: Transition,
+    ) -> None:
+        before = sorted(s.id for s in from_states if s.is_leaf)
+        after = sorted(s.id for s in to_states if s.is_leaf)
+        self.log.log(self.level, "[%s] %s -> %s on %s", i.id, before, after, transition.event)
+
+    def on_action_execute(self, i: Any, action: ActionDef) -> None:
+        self.log.log(self.level, "[%s] action %s", i.id, action.type)
+
+    def on_action_error(self, i: Any, action: ActionDef, error: BaseException) -> None:
+        self.log.error("[%s] action %s raised %s: %s", i.id, action.type, type(error).__name__,
+                       self._clean(str(error)))  # fmt: skip
+
+    def on_guard_evaluated(self, i: Any, guard_name: str, event: Event, result: bool) -> None:
+        self.log.log(self.level, "[%s] guard %s -> %s", i.id, guard_name, result)
+
+    def on_service_start(self, i: Any, invocation: InvokeDef) -> None:
+        self.log.log(self.level, "[%s] service %s started (%s)", i.id, invocation.src,
+                     invocation.id)  # fmt: skip
+
+    def on_service_done(self, i: Any, invocation: InvokeDef, result: Any) -> None:
+        self.log.log(self.level, "[%s] service %s done: %s", i.id, invocation.src,
+                     self._clean(result))  # fmt: skip
+
+    def on_service_error(self, i: Any, invocation: InvokeDef, error: BaseException) -> None:
+        self.log.warning("[%s] service %s failed: %s: %s", i.id, invocation.src,
+                         type(error).__name__, error)  # fmt: skip
+
+    def on_done(self, i: Any, output: Any) -> None:
+        self.log.log(self.level, "[%s] done, output %s", i.id, self._clean(output))
+
+
+def dispatch(i: Any, plugins: list[Any], hook: str, args: tuple[Any, ...]) -> Any:
+    """Call ``hook`` on every plugin, containing failures; the first non-None result wins.
+
+    Plugins need not subclass :class:`PluginBase`: a missing hook is skipped.
+    """
+    first = None
+    for plugin in plugins:
+        method = getattr(plugin, hook, None)
+        if method is None:
+            continue
+        try:
+            result = method(i, *args)
+        except Exception as exc:
+            report_plugin_error(i, plugins, plugin, hook, exc)
+            continue
+        if result is not None and first is None:
+            first = result
+    return first
+
+
+def report_plugin_error(
+    i: Any, plugins: list[Any], plugin: Any, hook: str, error: Exception
+) -> None:
+    """Log a failed hook and tell the other plugins; a failure in that report is only logged."""
+    logger.error(
+        "plugin %s raised in %s on machine %r; contained", type(plugin).__name__, hook, i.id,
+        exc_info=error,
+    )  # fmt: skip
+    for other in plugins:
+        if other is plugin:
+            continue
+        method = getattr(other, "on_plugin_error", None)
+        if method is None:
+            continue
+        try:
+            method(i, plugin, hook, error)
+        except Exception:
+            logger.exception("plugin %s raised in on_plugin_error", type(other).__name__)

@@ -1,0 +1,634 @@
+"""The interpreter core both drivers share: run-to-completion steps over a configuration.
+
+One event is processed as SCXML does it: select the enabled transitions, take them together
+as one microstep (exit, transition actions, enter), then take eventless (``always``)
+transitions until none is enabled, then process the internal events the step raised
+(``done.state``, a finished service) the same way, and start the invocations of states that
+are still active. Events sent from inside (an action calling ``send``) wait until that has
+settled. :class:`SyncInterpreter` and the async :class:`Interpreter` only add how events
+arrive; the step is this one.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+import itertools
+import logging
+import threading
+from collections import deque
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from xsm_celery.engine.chart import StateNode, Transition
+from xsm_celery.engine.clock import Clock, WallClock
+from xsm_celery.engine.effects import EffectsMixin, Timer
+from xsm_celery.engine.events import (
+    ENGINE_EVENT_PREFIXES,
+    EngineEvent,
+    Event,
+    Receipt,
+    done_state_type,
+)
+from xsm_celery.engine.invoke import ActorRef
+from xsm_celery.engine.plugins import dispatch, global_plugins
+from xsm_celery.engine.snapshot import DEFAULT_MAX_SNAPSHOT_BYTES, dump, restore, snapshot_dict
+from xsm_celery.engine.state import StateView
+from xsm_celery.engine.step import Plan, initial_plan, remove_conflicts
+from xsm_celery.errors import InterpreterStoppedError, RunawayChainError
+
+if TYPE_CHECKING:
+    from xsm_celery.engine.machine import Machine
+
+__all__ = ["NOT_STARTED", "RUNNING", "DONE", "STOPPED", "Core"]
+
+logger = logging.getLogger("xsm_celery.engine")
+
+NOT_STARTED = "not_started"
+RUNNING = "running"
+DONE = "done"
+STOPPED = "stopped"
+
+_INIT = "xstate.init"
+
+CoreT = TypeVar("CoreT", bound="Core")
+
+
+class Core(StateView, EffectsMixin):
+    """State and step loop of an interpreter; the drivers add the public send/start/stop."""
+
+    def __init__(self, machine: Machine, clock: Clock | None = None) -> None:
+        self._setup(machine, clock, copy.deepcopy(machine.initial_context))
+
+    def _setup(self, machine: Machine, clock: Clock | None, context: dict[str, Any]) -> None:
+        self.machine = machine
+        self.clock = clock if clock is not None else WallClock()
+        self._context = context
+        self._config: frozenset[StateNode] = frozenset()
+        self._leaves: tuple[StateNode, ...] = ()
+        self._status = NOT_STARTED
+        self._plugins: list[Any] = global_plugins()
+        self._queue: deque[Event] = deque()
+        self._internal: deque[EngineEvent] = deque()
+        self._pending_invokes: list[StateNode] = []
+        self._processing = False
+        self._timer_heap: list[tuple[float, int, Timer]] = []
+        self._timers_by_state: dict[StateNode, list[Timer]] = {}
+        self._timer_seq = itertools.count()
+        self._actors: dict[StateNode, list[ActorRef]] = {}
+        self.children: dict[str, ActorRef] = {}
+        self._mailbox: deque[Event] = deque()
+        self._mailbox_lock = threading.Lock()
+        self._cache = machine.step_cache
+        self._steps = 0
+        self._taken = 0
+        self._denied = False
+        self._run_error: BaseException | None = None
+        self._finishing: StateNode | None = None
+        self.last_error: BaseException | None = None
+        self.output: Any = None
+        self.store_key: str | None = None
+
+    def use(self, plugin: Any) -> Any:
+        """Attach a plugin (before or after start); returns the interpreter for chaining."""
+        if all(p is not plugin for p in self._plugins):
+            self._plugins.append(plugin)
+        return self
+
+    @property
+    def plugins(self) -> tuple[Any, ...]:
+        """The attached plugins, in the order their hooks run."""
+        return tuple(self._plugins)
+
+    def _begin(self) -> None:
+        """Enter the initial configuration and settle it (the body of ``start()``)."""
+        if self._status == RUNNING:
+            return
+        if self._status != NOT_STARTED:
+            raise InterpreterStoppedError(
+                f"interpreter {self.id!r} is {self._status}; create a new one or restore a "
+                "snapshot instead of starting it again"
+            )
+        self._status = RUNNING
+        self.clock.attach(self)
+        if self._plugins:
+            dispatch(self, self._plugins, "on_interpreter_start", ())
+        init = self.machine.root
+        plan = self._cache.get(_INIT)
+        if plan is None:
+            plan = self._cache[_INIT] = initial_plan(init)
+        event = EngineEvent(_INIT, None, self.machine.id)
+        trans = Transition(init, _INIT, "")
+        self._guarded_run(lambda: self._initial_step(plan, event, trans))
+
+    def _initial_step(self, plan: Plan, event: EngineEvent, trans: Transition) -> None:
+        self._apply(plan, (), event, (trans,))
+        self._settle(event)
+        if self._internal or self._pending_invokes:
+            self._settle_internal()
+
+    def _guarded_run(self, body: Any) -> None:
+        """Run a step body with the processing flag set, then the events actions sent."""
+        self._processing = True
+        self._run_error = None
+        self._steps = 0
+        try:
+            body()
+            self._drain_queue()
+        except BaseException:
+            self._queue.clear()
+            self._internal.clear()
+            self._pending_invokes.clear()
+            raise
+        finally:
+            self._processing = False
+
+    def _drain_queue(self) -> None:
+        handled = 0
+        queue = self._queue
+        while queue and self._status == RUNNING:
+            handled += 1
+            if handled > self.machine.chain_limit:
+                raise RunawayChainError(
+                    f"machine {self.id!r}: actions kept sending events "
+                    f"({self.machine.chain_limit} in one send) without settling",
+                    limit=self.machine.chain_limit,
+                )
+            self._steps = 0
+            self._process(queue.popleft())
+        queue.clear()
+
+    def _run(self, event: Event) -> bool:
+        """Process one admitted event to completion, then whatever it queued.
+
+        Returns whether the event was denied (handled here, but every guard said no).
+        """
+        self._processing = True
+        self._run_error = None
+        self._steps = 0
+        try:
+            denied = self._process(event)
+            if self._queue:
+                self._drain_queue()
+        except BaseException:
+            self._queue.clear()
+            self._internal.clear()
+            self._pending_invokes.clear()
+            raise
+        finally:
+            self._processing = False
+        return denied
+
+    def _process(self, event: Event) -> bool:
+        """One event: its transitions, the eventless chain, internal events, invocations."""
+        plugins = self._plugins
+        taken = self._taken
+        if plugins:
+            dispatch(self, plugins, "on_event_received", (event,))
+        self._denied = False
+        selected = self._select(event)
+        if selected:
+            self._microstep(selected, event)
+        denied = self._denied and not selected
+        self._settle(event)
+        if plugins:
+            receipt = Receipt(
+                frozenset(s.id for s in self._leaves),
+                self._taken != taken,
+                self._run_error,
+                False,
+                denied,
+            )
+            dispatch(self, plugins, "on_event_processed", (event, receipt))
+        if self._internal or self._pending_invokes:
+            self._settle_internal()
+        return denied
+
+    def _settle(self, event: Event) -> None:
+        """Take eventless transitions until none is enabled."""
+        if not self.machine.has_always:
+            return
+        while self._status == RUNNING:
+            selected = self._select_eventless(event)
+            if not selected:
+                return
+            self._microstep(selected, event)
+
+    def _run_pending_invokes(self) -> None:
+        """Start invocations queued outside a step (a restore with ``restart_services``)."""
+        self._guarded_run(self._settle_internal)
+
+    def _settle_internal(self) -> None:
+        while self._status == RUNNING:
+            if self._internal:
+                self._process(self._internal.popleft())
+            elif self._pending_invokes:
+                self._start_pending_invokes()
+            else:
+                return
+        self._internal.clear()
+        self._pending_invokes.clear()
+
+    def _select(self, event: Event) -> tuple[Transition, ...] | None:
+        leaves = self._leaves
+        if len(leaves) == 1:
+            candidates = leaves[0].handlers.get(event.type)
+            if candidates is None:
+                return None
+            for trans in candidates:
+                guard = trans.guard
+                if guard is None or self._check(trans, event):
+                    return (trans,)
+            self._denied = True
+            return None
+        return self._select_many([leaf.handlers.get(event.type) for leaf in leaves], event)
+
+    def _select_eventless(self, event: Event) -> tuple[Transition, ...] | None:
+        leaves = self._leaves
+        if len(leaves) == 1:
+            for trans in leaves[0].eventless:
+                if trans.guard is None or self._check(trans, event):
+                    return (trans,)
+            return None
+        return self._select_many([leaf.eventless for leaf in leaves], event)
+
+    def _select_many(
+        self, per_leaf: list[tuple[Transition, ...] | None], event: Event
+    ) -> tuple[Transition, ...] | None:
+        """Selection across parallel regions: each leaf picks its first enabled candidate."""
+        selected: list[Transition] = []
+        verdicts: dict[Transition, bool] = {}
+        handled = False
+        for candidates in per_leaf:
+            if not candidates:
+                continue
+            handled = True
+            for trans in candidates:
+                if trans in selected:
+                    break
+                ok = verdicts.get(trans)
+                if ok is None:
+                    ok = verdicts[trans] = trans.guard is None or self._check(trans, event)
+                if ok:
+                    selected.append(trans)
+                    break
+        if not selected:
+            self._denied = handled
+            return None
+        if len(selected) > 1:
+            selected = remove_conflicts(selected, self._config)
+        return tuple(selected)
+
+    def _check(self, trans: Transition, event: Event) -> bool:
+        """Evaluate a guard; one that raises (or is missing) is False, logged and reported."""
+        guard = trans.guard
+        assert guard is not None
+        try:
+            fn = guard.fn
+            if guard.takes_params:
+                result = bool(fn(self._context, event, guard.params))  # type: ignore[misc]
+            else:
+                result = bool(fn(self._context, event))  # type: ignore[misc]
+        except Exception as exc:
+            self._guard_failed(guard.type, guard.fn is None, event, exc, guard.path)
+            result = False
+        if self._plugins:
+            dispatch(self, self._plugins, "on_guard_evaluated", (guard.type, event, result))
+        return result
+
+    def _guard_failed(
+        self, name: str, missing: bool, event: Event, exc: Exception, path: str
+    ) -> None:
+        from xsm_celery.errors import ImplementationMissingError
+
+        error: Exception = ImplementationMissingError("guard", name, path=path) if missing else exc
+        logger.warning(
+            "machine %r: guard %r raised on event %r; treated as false",
+            self.machine.id, name, event.type, exc_info=error,
+        )  # fmt: skip
+        if self._plugins:
+            dispatch(self, self._plugins, "on_guard_error", (name, event, error))
+
+    def _microstep(self, transitions: tuple[Transition, ...], event: Event) -> None:
+        self._steps += 1
+        if self._steps > self.machine.chain_limit:
+            raise RunawayChainError(
+                f"machine {self.id!r}: more than {self.machine.chain_limit} microsteps for "
+                f"event {event.type!r}; an 'always' cycle or done-event loop never settles "
+                f"(now in {sorted(s.id for s in self._leaves)})",
+                limit=self.machine.chain_limit,
+            )
+        self._taken += 1
+        config = self._config
+        key = (config, transitions)
+        plan = self._cache.get(key)
+        if plan is None:
+            from xsm_celery.engine.step import plan as compute
+
+            plan = compute(config, transitions, self._cache)
+        self._apply(plan, transitions, event, transitions)
+
+    def _apply(
+        self,
+        plan: Plan,
+        transitions: tuple[Transition, ...],
+        event: Event,
+        reported: tuple[Transition, ...],
+    ) -> None:
+        """Carry out a plan: exit, transition actions, enter; then report the transitions."""
+        before = self._config
+        for node in plan.exits:
+            if node.exit:
+                self._run_actions(node.exit, event)
+            if self._timers_by_state and node in self._timers_by_state:
+                self._cancel_timers(node)
+            if self._actors and node in self._actors:
+                self._stop_actors(node)
+        for trans in transitions:
+            if trans.actions:
+                self._run_actions(trans.actions, event)
+        self._config = plan.config
+        self._leaves = plan.leaves
+        finals: list[StateNode] | None = None
+        for node in plan.entries:
+            if node.entry:
+                self._run_actions(node.entry, event)
+            if node.after:
+                self._arm_timers(node, event)
+            if node.invoke:
+                self._pending_invokes.append(node)
+            if node.type == "final":
+                if finals is None:
+                    finals = []
+                finals.append(node)
+        if finals is not None:
+            self._finals_entered(finals)
+        if self._plugins:
+            for trans in reported:
+                dispatch(self, self._plugins, "on_transition", (set(before), set(plan.config),
+                                                                 trans))  # fmt: skip
+        if self._finishing is not None:
+            self._finish(self._finishing)
+
+    def _finals_entered(self, finals: list[StateNode]) -> None:
+        """Raise ``done.state`` for completed parents and parallel states; spot the end."""
+        raised: set[StateNode] = set()
+        root = self.machine.root
+        for node in finals:
+            parent = node.parent
+            if parent is None or parent in raised:
+                continue
+            if parent is root:
+                self._finishing = node
+                return
+            raised.add(parent)
+            self._internal.append(EngineEvent(done_state_type(parent.id), node.output, parent.id))
+            grand = parent.parent
+            while grand is not None and grand.type == "parallel" and grand not in raised:
+                if not self._in_final(grand):
+                    break
+                if grand is root:
+                    self._finishing = node
+                    return
+                raised.add(grand)
+                self._internal.append(EngineEvent(done_state_type(grand.id), None, grand.id))
+                grand = grand.parent
+
+    def _in_final(self, node: StateNode) -> bool:
+        """Whether a compound state sits in a final child, or every region of a parallel does."""
+        if node.type == "parallel":
+            return all(self._in_final(child) for child in node.children)
+        if node.type == "compound":
+            return any(c.type == "final" and c in self._config for c in node.children)
+        return node.type == "final"
+
+    def _finish(self, final: StateNode) -> None:
+        """The machine reached a top-level final state: it is done."""
+        self._finishing = None
+        self._status = DONE
+        self.output = final.output if final.output is not None else self.machine.root.output
+        self._internal.clear()
+        self._pending_invokes.clear()
+        self._queue.clear()
+        self._cancel_all_timers()
+        self._stop_all_actors()
+        self.clock.detach(self)
+        if self._plugins:
+            dispatch(self, self._plugins, "on_done", (self.output,))
+
+    def _send(self, event: Event, wait: bool) -> Receipt | None:
+        """The body of ``send()`` shared by both drivers."""
+        if self._processing:
+            if self._admit(event):
+                self._queue.append(event)
+            return None
+        if self._status != RUNNING or event.type.startswith(ENGINE_EVENT_PREFIXES):
+            self._admit(event)
+            return self._refusal(event) if wait else None
+        if self._mailbox:
+            self._drain_mailbox()
+        if self._timer_heap:
+            self._fire_due(self.clock.now())
+        if self._plugins:
+            answered = self._intercept(event)
+            if answered is not None:
+                return answered if wait else None
+        if self._status != RUNNING:
+            self._admit(event)
+            return self._refusal(event) if wait else None
+        taken = self._taken
+        denied = self._run(event)
+        return self._receipt_for(taken, denied) if wait else None
+
+    def tick(self) -> None:
+        """Deliver mailbox events and fire the timers that are due by the clock."""
+        if self._processing or self._status != RUNNING:
+            return
+        self._drain_mailbox()
+        if self._timer_heap:
+            self._fire_due(self.clock.now())
+
+    def get_snapshot(self) -> str:
+        """The machine at rest as a JSON string (see :mod:`xsm_celery.engine.snapshot`).
+
+        Raises:
+            SnapshotError: the context holds a value JSON cannot encode.
+        """
+        return dump(self)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The snapshot as a dict; the context inside is the live one, not a copy."""
+        return snapshot_dict(self)
+
+    @classmethod
+    def from_snapshot(
+        cls: type[CoreT],
+        snapshot: str | bytes | Mapping[str, Any],
+        machine: Machine,
+        clock: Clock | None = None,
+        *,
+        verify_machine_hash: bool = True,
+        expected_machine_hash: str | None = None,
+        restart_services: bool = False,
+        plugins: Iterable[Any] = (),
+        max_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES,
+    ) -> CoreT:
+        """Rebuild a running interpreter from :meth:`get_snapshot`, in this or another process.
+
+        Entry actions do not run again; pending ``after`` timers are re-armed at their
+        original wall-clock due time (firing on the next tick if overdue). Callback actors
+        and async services are not restored unless ``restart_services`` is set.
+
+        Args:
+            snapshot: The JSON string (or its parsed dict).
+            machine: The same chart; a changed structure is refused.
+            clock: Clock of the restored interpreter (defaults to a ``WallClock``).
+            verify_machine_hash: False restores across a structure change.
+            expected_machine_hash: Also accept snapshots taken with this older hash.
+            restart_services: Start the invocations of the active states again.
+            plugins: Plugins to attach before anything runs (global ones are attached too).
+            max_bytes: Size cap, checked before parsing.
+
+        Raises:
+            SnapshotTooLargeError: over ``max_bytes``.
+            SnapshotCorruptError: not JSON, a missing or ill-typed field, unknown states.
+            SnapshotMismatchError: another machine, or a changed structure.
+        """
+        return restore(
+            cls,
+            snapshot,
+            machine,
+            clock,
+            verify_machine_hash=verify_machine_hash,
+            expected_machine_hash=expected_machine_hash,
+            restart_services=restart_services,
+            plugins=plugins,
+            max_bytes=max_bytes,
+        )
+
+    def _admit(self, event: Event) -> bool:
+        """Whether a caller's event may run now; drops (with a log) those that may not."""
+        if self._status != RUNNING:
+            self._drop(event, "not_running")
+            return False
+        if event.type.startswith(ENGINE_EVENT_PREFIXES):
+            logger.warning(
+                "machine %r: event %r uses a name reserved for engine events "
+                "(done.invoke.*, error.platform.*, done.state.*, after.*, xstate.*); ignored",
+                self.id, event.type,
+            )  # fmt: skip
+            if self._plugins:
+                dispatch(self, self._plugins, "on_event_dropped", (event, "engine_event"))
+            return False
+        return True
+
+    def _drop(self, event: Event, reason: str) -> None:
+        logger.warning(
+            "machine %r is %s; event %r dropped", self.id, self._status, event.type
+        )
+        if self._plugins:
+            dispatch(self, self._plugins, "on_event_dropped", (event, reason))
+
+    def _refusal(self, event: Event) -> Receipt:
+        """The receipt of an event that did not run."""
+        error: BaseException | None = None
+        if self._status != RUNNING:
+            error = InterpreterStoppedError(
+                f"interpreter {self.id!r} is {self._status}; event {event.type!r} was dropped"
+            )
+        return Receipt(frozenset(self.current_state_ids), False, error)
+
+    def _receipt_for(self, taken_before: int, denied: bool) -> Receipt:
+        return Receipt(
+            frozenset(s.id for s in self._leaves),
+            self._taken != taken_before,
+            self._run_error,
+            False,
+            denied,
+        )
+
+    def _intercept(self, event: Event) -> Receipt | None:
+        """Let plugins answer a caller's event before it runs (an inbox replay)."""
+        answered: Any = dispatch(self, self._plugins, "on_before_send", (event,))
+        return answered if isinstance(answered, Receipt) else None
+
+    def _deliver(self, event: Event) -> None:
+        """Run an event from the mailbox or a timer on the owning thread."""
+        if isinstance(event, EngineEvent):
+            if self._status == RUNNING:
+                self._run(event)
+            return
+        if not self._admit(event):
+            return
+        if self._plugins and self._intercept(event) is not None:
+            return
+        self._run(event)
+
+    def _drain_mailbox(self) -> bool:
+        if not self._mailbox or self._processing:
+            return False
+        with self._mailbox_lock:
+            batch = list(self._mailbox)
+            self._mailbox.clear()
+        for event in batch:
+            self._deliver(event)
+        return True
+
+    def _fire_due(self, now: float) -> bool:
+        """Fire every timer due at ``now``, each as its own step."""
+        fired = False
+        while self._status == RUNNING and not self._processing:
+            timer = self._pop_due_timer(now)
+            if timer is None:
+                break
+            fired = True
+            self._run(EngineEvent(timer.after.event_type, None, timer.node.id))
+        return fired
+
+    def _clock_next_due(self) -> float | None:
+        if self._processing or self._status != RUNNING:
+            return None
+        heap = self._timer_heap
+        while heap and heap[0][2].cancelled:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def _clock_fire(self, now_ms: float) -> None:
+        self._fire_due(now_ms)
+
+    def _clock_drain(self) -> bool:
+        return self._drain_mailbox()
+
+    def send_threadsafe(self, event_or_type: Any, /, **payload: Any) -> None:
+        """Queue an event from any thread; it runs on the owner's next step.
+
+        A sync interpreter delivers it at its next ``send()``, ``tick()`` or clock
+        increment; the async one on its event loop. FIFO per sending thread.
+        """
+        from xsm_celery.engine.events import to_event
+
+        event = to_event(event_or_type, payload)
+        with self._mailbox_lock:
+            if self._status in (NOT_STARTED, RUNNING):
+                self._mailbox.append(event)
+                self._wake()
+                return
+        self._drop(event, "not_running")
+
+    def _wake(self) -> None:
+        """Hook: the async interpreter schedules a mailbox drain on its loop."""
+
+    def _halt(self) -> None:
+        """Stop: cancel timers, clean up actors, detach from the clock (``stop()``'s body)."""
+        if self._status in (STOPPED,):
+            return
+        was_running = self._status == RUNNING
+        self._cancel_all_timers()
+        self._stop_all_actors()
+        self.clock.detach(self)
+        if self._status != DONE:
+            self._status = STOPPED
+        with self._mailbox_lock:
+            self._mailbox.clear()
+        if was_running and self._plugins:
+            dispatch(self, self._plugins, "on_interpreter_stop", ())

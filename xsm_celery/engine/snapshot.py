@@ -1,0 +1,229 @@
+"""Snapshots: a machine at rest as JSON, and its restoration in another process.
+
+A snapshot holds what is needed to carry on: the active leaves, the context, the status and
+every pending ``after`` timer with its wall-clock due time, so a timer armed in one process
+fires in the next (at once if it is already overdue). Running callback actors and async
+services are not in it: they belong to a process. Restoring never trusts its input: size is
+checked before parsing, and every field is validated, so a damaged or foreign snapshot raises
+a :class:`SnapshotError` subclass and never a raw ``json`` or ``KeyError``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from xsm_celery.engine.effects import Timer
+from xsm_celery.engine.step import leaves_of
+from xsm_celery.errors import (
+    SnapshotCorruptError,
+    SnapshotError,
+    SnapshotMismatchError,
+    SnapshotTooLargeError,
+)
+
+if TYPE_CHECKING:
+    from xsm_celery.engine.chart import StateNode
+    from xsm_celery.engine.clock import Clock
+    from xsm_celery.engine.machine import Machine
+    from xsm_celery.engine.runtime import Core
+
+__all__ = ["DEFAULT_MAX_SNAPSHOT_BYTES", "SNAPSHOT_FORMAT", "restore", "snapshot_dict"]
+
+#: Version of the snapshot layout written by :func:`snapshot_dict`.
+SNAPSHOT_FORMAT = 1
+
+#: Largest serialised snapshot :func:`restore` accepts (1 MiB), checked before parsing.
+DEFAULT_MAX_SNAPSHOT_BYTES = 1024 * 1024
+
+_STATUSES = ("not_started", "running", "done", "stopped")
+
+CoreT = TypeVar("CoreT", bound="Core")
+
+
+def snapshot_dict(core: Core) -> dict[str, Any]:
+    """The snapshot of ``core`` as a JSON-ready dict (context is not copied)."""
+    machine = core.machine
+    now = core.clock.now()
+    wall = core.clock.wall_now()
+    deadlines = [
+        {
+            "state_id": t.node.id,
+            "key": t.after.key,
+            "event_type": t.after.event_type,
+            "delay_ms": t.delay_ms,
+            "due_at_wall": wall + (t.due - now) / 1000.0,
+        }
+        for t in core.pending_timers()
+    ]
+    return {
+        "format": SNAPSHOT_FORMAT,
+        "machine_id": machine.id,
+        "machine_hash": machine.structure_hash,
+        "machine_version": machine.version,
+        "taken_at": wall,
+        "status": core.status,
+        "value": core.value,
+        "state_ids": sorted(s.id for s in core.active_leaves),
+        "context": core.context,
+        "deadlines": deadlines,
+        "output": core.output,
+    }
+
+
+def dump(core: Core) -> str:
+    """The snapshot of ``core`` as a JSON string.
+
+    Raises:
+        SnapshotError: the context holds a value JSON cannot encode.
+    """
+    try:
+        return json.dumps(snapshot_dict(core), separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise SnapshotError(
+            f"cannot snapshot machine {core.machine.id!r}: {exc}; keep context JSON-friendly "
+            "(str, numbers, bool, None, lists, dicts with str keys)"
+        ) from exc
+
+
+def parse(snapshot: str | bytes | Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
+    """Check size, then parse, then check the top-level shape."""
+    if isinstance(snapshot, Mapping):
+        return dict(snapshot)
+    if isinstance(snapshot, str):
+        size = len(snapshot) if len(snapshot) * 4 <= max_bytes else len(snapshot.encode())
+    elif isinstance(snapshot, (bytes, bytearray)):
+        size = len(snapshot)
+    else:
+        raise SnapshotCorruptError(
+            f"a snapshot is a JSON str or a dict, got {type(snapshot).__name__}"
+        )
+    if size > max_bytes:
+        raise SnapshotTooLargeError(
+            f"snapshot is {size} bytes, over the {max_bytes}-byte cap; raise max_bytes= if "
+            "this machine's context is legitimately that large"
+        )
+    try:
+        data = json.loads(snapshot)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SnapshotCorruptError(f"snapshot is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise SnapshotCorruptError(f"snapshot must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _field(data: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    if name not in data:
+        raise SnapshotCorruptError(f"snapshot lacks the {name!r} field")
+    value = data[name]
+    if not isinstance(value, kind):
+        raise SnapshotCorruptError(f"snapshot field {name!r} has the wrong type: {value!r:.80}")
+    return value
+
+
+def check_machine(
+    data: Mapping[str, Any],
+    machine: Machine,
+    verify_machine_hash: bool,
+    expected_machine_hash: str | None,
+) -> None:
+    """Refuse a snapshot of another machine, or of another structure of this one."""
+    machine_id = _field(data, "machine_id", str)
+    if machine_id != machine.id:
+        raise SnapshotMismatchError(
+            f"snapshot is of machine {machine_id!r}, not {machine.id!r}; restore it with its "
+            "own chart"
+        )
+    taken_hash = data.get("machine_hash")
+    if not verify_machine_hash or taken_hash == machine.structure_hash:
+        return
+    if expected_machine_hash is not None and taken_hash == expected_machine_hash:
+        return
+    raise SnapshotMismatchError(
+        f"snapshot of {machine.id!r} was taken from structure {taken_hash!r}, the chart is now "
+        f"{machine.structure_hash!r}; drain old instances first, or pass "
+        "verify_machine_hash=False (or expected_machine_hash=the old hash) to restore anyway"
+    )
+
+
+def configuration(machine: Machine, state_ids: Iterable[Any]) -> frozenset[StateNode]:
+    """The full configuration for a list of leaf ids, checked to be a legal one."""
+    config: set[StateNode] = set()
+    for state_id in state_ids:
+        node = machine.find_state(state_id) if isinstance(state_id, str) else None
+        if node is None or node.children:
+            raise SnapshotCorruptError(f"snapshot names {state_id!r}, not a leaf of {machine.id}")
+        config.add(node)
+        config.update(node.ancestors)
+    for node in config:
+        active = [c for c in node.children if c in config]
+        if node.type == "compound" and len(active) != 1:
+            raise SnapshotCorruptError(
+                f"snapshot has {len(active)} active children under {node.id!r}; need exactly 1"
+            )
+        if node.type == "parallel" and len(active) != len(node.children):
+            raise SnapshotCorruptError(f"snapshot lacks a region of parallel state {node.id!r}")
+    return frozenset(config)
+
+
+def rearm(core: Core, deadlines: Any) -> None:
+    """Re-create pending timers, due at the same wall-clock time as when they were saved."""
+    if not isinstance(deadlines, list):
+        raise SnapshotCorruptError("snapshot field 'deadlines' must be a list")
+    wall = core.clock.wall_now()
+    now = core.clock.now()
+    for item in deadlines:
+        if not isinstance(item, Mapping):
+            raise SnapshotCorruptError(f"snapshot deadline is not an object: {item!r:.80}")
+        node = core.machine.find_state(_field(item, "state_id", str))
+        key = _field(item, "key", str)
+        after = next((a for a in node.after if a.key == key), None) if node else None
+        if node is None or after is None or node not in core.configuration:
+            raise SnapshotCorruptError(f"snapshot deadline {item!r:.120} names no active timer")
+        due_wall = float(_field(item, "due_at_wall", (int, float)))
+        delay = float(item.get("delay_ms", after.delay_ms or 0.0))
+        timer = Timer(now + max(0.0, (due_wall - wall) * 1000.0), node, after, delay)
+        heapq.heappush(core._timer_heap, (timer.due, next(core._timer_seq), timer))
+        core._timers_by_state.setdefault(node, []).append(timer)
+
+
+def restore(
+    cls: type[CoreT],
+    snapshot: str | bytes | Mapping[str, Any],
+    machine: Machine,
+    clock: Clock | None,
+    *,
+    verify_machine_hash: bool = True,
+    expected_machine_hash: str | None = None,
+    restart_services: bool = False,
+    plugins: Iterable[Any] = (),
+    max_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES,
+) -> CoreT:
+    """Build an interpreter of ``cls`` from a snapshot; see ``SyncInterpreter.from_snapshot``."""
+    data = parse(snapshot, max_bytes)
+    check_machine(data, machine, verify_machine_hash, expected_machine_hash)
+    status = _field(data, "status", str)
+    if status not in _STATUSES:
+        raise SnapshotCorruptError(f"snapshot status {status!r} is not one of {_STATUSES}")
+    context = _field(data, "context", dict)
+    state_ids = _field(data, "state_ids", list)
+    core = cls.__new__(cls)
+    core._setup(machine, clock, context)
+    for plugin in plugins:
+        core.use(plugin)
+    if status == "not_started":
+        return core
+    core._config = configuration(machine, state_ids)
+    core._leaves = leaves_of(core._config)
+    core._status = status
+    core.output = data.get("output")
+    if status == "running":
+        rearm(core, data.get("deadlines", []))
+        core.clock.attach(core)
+        core._timers_armed()
+        if restart_services:
+            core._pending_invokes = [n for n in machine.nodes if n.invoke and n in core._config]
+            core._run_pending_invokes()
+    return core

@@ -1,0 +1,117 @@
+"""Read-only views of a running machine: value, ids, tags, matches, status, context."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from xsm_celery.errors import StateNotFoundError
+
+if TYPE_CHECKING:
+    from xsm_celery.engine.chart import StateNode
+    from xsm_celery.engine.clock import Clock
+    from xsm_celery.engine.machine import Machine
+
+__all__ = ["StateView", "state_value"]
+
+
+def state_value(node: StateNode, config: frozenset[StateNode]) -> Any:
+    """XState's ``value`` below ``node``: a key for an atomic child, a dict deeper down."""
+    if node.type == "parallel":
+        return {c.key: state_value(c, config) if c.children else c.key for c in node.children}
+    for child in node.children:
+        if child in config:
+            return {child.key: state_value(child, config)} if child.children else child.key
+    return {}
+
+
+class StateView:
+    """What callers read from an interpreter; the core keeps these fields current."""
+
+    machine: Machine
+    clock: Clock
+    _context: dict[str, Any]
+    _config: frozenset[StateNode]
+    _leaves: tuple[StateNode, ...]
+    _status: str
+
+    @property
+    def id(self) -> str:
+        """The machine's id."""
+        return self.machine.root.id
+
+    @property
+    def status(self) -> str:
+        """``not_started``, ``running``, ``done`` (top-level final reached) or ``stopped``."""
+        return self._status
+
+    @property
+    def context(self) -> dict[str, Any]:
+        """The machine's context: a plain dict that actions mutate in place."""
+        return self._context
+
+    @context.setter
+    def context(self, value: dict[str, Any]) -> None:
+        if not isinstance(value, dict):
+            raise TypeError(f"context must be a dict, got {type(value).__name__}")
+        self._context = value
+
+    @property
+    def value(self) -> Any:
+        """The active state as XState spells it: ``"idle"`` or ``{"p": {"r1": "a"}}``."""
+        root = self.machine.root
+        if not self._config:
+            return {}
+        if root.type == "parallel":
+            return state_value(root, self._config)
+        leaves = self._leaves
+        if len(leaves) == 1 and leaves[0].parent is root:
+            return leaves[0].key
+        return state_value(root, self._config)
+
+    @property
+    def current_state_ids(self) -> set[str]:
+        """Full dotted ids of the active leaves, e.g. ``{"job.retrying"}``."""
+        return {s.id for s in self._leaves}
+
+    @property
+    def configuration(self) -> frozenset[StateNode]:
+        """Every active state node, ancestors included."""
+        return self._config
+
+    @property
+    def active_leaves(self) -> tuple[StateNode, ...]:
+        """The active leaf nodes in document order."""
+        return self._leaves
+
+    @property
+    def tags(self) -> set[str]:
+        """The tags of every active state."""
+        tags: set[str] = set()
+        for node in self._config:
+            if node.tags:
+                tags |= node.tags
+        return tags
+
+    def has_tag(self, tag: str) -> bool:
+        """Whether any active state carries ``tag``."""
+        return any(tag in node.tags for node in self._config)
+
+    def matches(self, state: str) -> bool:
+        """Whether a state is active: a full id (``job.done``), a path below the root
+        (``done``, ``p.r1.a``) or ``#custom``.
+
+        Raises:
+            StateNotFoundError: the chart has no such state (a typo never reads as False).
+        """
+        node = self.machine.find_state(state)
+        if node is None:
+            raise StateNotFoundError(state, reference_id=self.machine.id)
+        return node in self._config
+
+    def wall_now(self) -> float:
+        """Wall-clock time of this interpreter's clock, in epoch seconds."""
+        return self.clock.wall_now()
+
+    def __repr__(self) -> str:
+        name = type(self).__name__
+        return f"{name}(id={self.id!r}, status={self._status!r}, value={self.value!r})"

@@ -1,0 +1,119 @@
+"""The microstep as data: which states a set of transitions exits and enters.
+
+:func:`plan` is pure: given the active configuration and the transitions selected for an
+event it returns a :class:`Plan`, which the interpreter carries out (exit actions, transition
+actions, entry actions, timers, invocations). Because it is pure, plans are cached per
+machine, keyed by configuration and transitions, so a machine that cycles through a handful of
+configurations computes each step once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+from xsm_celery.engine.chart import StateNode, Transition
+from xsm_celery.engine.targets import default_entry
+
+__all__ = [
+    "Plan",
+    "exit_set",
+    "initial_plan",
+    "leaves_of",
+    "plan",
+    "remove_conflicts",
+]
+
+#: Bound on cached plans per machine; past it plans are still computed, just not kept.
+CACHE_LIMIT = 4096
+
+
+class Plan(NamedTuple):
+    """One microstep: states to exit (exit order), to enter (entry order), and the result."""
+
+    exits: tuple[StateNode, ...]
+    entries: tuple[StateNode, ...]
+    config: frozenset[StateNode]
+    leaves: tuple[StateNode, ...]
+
+
+def _order(node: StateNode) -> int:
+    return node.order
+
+
+def leaves_of(config: Iterable[StateNode]) -> tuple[StateNode, ...]:
+    """The active leaves of a configuration, in document order."""
+    return tuple(sorted((s for s in config if not s.children), key=_order))
+
+
+def exit_set(config: frozenset[StateNode], trans: Transition) -> set[StateNode]:
+    """The active states a transition exits: every active proper descendant of its domain."""
+    domain = trans.domain
+    if domain is None:
+        return set()
+    return {s for s in config if domain in s.ancestor_set}
+
+
+def plan(
+    config: frozenset[StateNode], transitions: Sequence[Transition], cache: dict[Any, Plan]
+) -> Plan:
+    """The microstep for ``transitions`` taken together from ``config`` (cached)."""
+    key = (config, tuple(transitions))
+    found = cache.get(key)
+    if found is not None:
+        return found
+    exits: set[StateNode] = set()
+    entries: set[StateNode] = set()
+    for trans in transitions:
+        exits |= exit_set(config, trans)
+        entries.update(trans.entry)
+    new_config = frozenset((config - exits) | entries)
+    result = Plan(
+        tuple(sorted(exits, key=_order, reverse=True)),
+        tuple(sorted(entries, key=_order)),
+        new_config,
+        leaves_of(new_config),
+    )
+    if len(cache) < CACHE_LIMIT:
+        cache[key] = result
+    return result
+
+
+def initial_plan(root: StateNode) -> Plan:
+    """The plan of ``start()``: enter the root and its default descendants."""
+    into: set[StateNode] = set()
+    default_entry(root, into)
+    config = frozenset(into)
+    return Plan((), tuple(sorted(into, key=_order)), config, leaves_of(config))
+
+
+def remove_conflicts(
+    selected: list[Transition], config: frozenset[StateNode]
+) -> list[Transition]:
+    """Drop transitions that would exit the same states as an earlier one.
+
+    Between two conflicting transitions the one from the deeper source wins; otherwise the
+    earlier one (document order of the leaves) does. Targetless transitions never conflict.
+    This is SCXML's rule, and it is what makes parallel regions deterministic.
+    """
+    kept: list[Transition] = []
+    kept_exits: list[set[StateNode]] = []
+    for t1 in selected:
+        exits1 = exit_set(config, t1)
+        preempted = False
+        drop: list[int] = []
+        for index, t2 in enumerate(kept):
+            if exits1 & kept_exits[index]:
+                if t2.source in t1.source.ancestor_set:
+                    drop.append(index)
+                else:
+                    preempted = True
+                    break
+        if preempted:
+            continue
+        for index in reversed(drop):
+            del kept[index]
+            del kept_exits[index]
+        kept.append(t1)
+        kept_exits.append(exits1)
+    return kept

@@ -1,0 +1,178 @@
+"""Resolve transition targets and precompute what each transition exits and enters.
+
+A target may be a sibling key (``"done"``), a dotted path below a sibling (``"b.c"``), a
+child of the source (``".child"``), a custom id (``"#retry"`` or ``"#retry.waiting"``) or a
+full dotted id from the root (``"job.retrying"``). Since history states are not supported,
+the set of states a transition enters depends only on its targets, so it is computed here
+once; the exit set is the active part of the transition's domain and is found per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from xsm_celery.engine.chart import StateNode, Transition
+from xsm_celery.errors import StateNotFoundError
+
+__all__ = [
+    "build_handler_tables",
+    "compute_domain",
+    "default_entry",
+    "entry_set",
+    "resolve_target",
+    "resolve_transitions",
+    "state_by_path",
+]
+
+
+def state_by_path(start: StateNode, parts: Sequence[str]) -> StateNode | None:
+    """Walk child keys from ``start``; None when a key is missing."""
+    node = start
+    for part in parts:
+        child = node.states.get(part)
+        if child is None:
+            return None
+        node = child
+    return node
+
+
+def resolve_target(
+    ref: str, source: StateNode, root: StateNode, by_custom_id: Mapping[str, StateNode]
+) -> StateNode | None:
+    """Find the state a target reference names, or None."""
+    if ref.startswith("#"):
+        head, _, rest = ref[1:].partition(".")
+        base = by_custom_id.get(head)
+        if base is None and head == root.id:
+            base = root
+        if base is None:
+            return None
+        return state_by_path(base, rest.split(".")) if rest else base
+    if ref.startswith("."):
+        return state_by_path(source, ref[1:].split("."))
+    parts = ref.split(".")
+    if source.parent is not None:
+        found = state_by_path(source.parent, parts)
+        if found is not None:
+            return found
+    if parts[0] == root.id:
+        return state_by_path(root, parts[1:])
+    if source.parent is None:
+        return state_by_path(root, parts)
+    return None
+
+
+def default_entry(node: StateNode, into: set[StateNode]) -> None:
+    """Add ``node`` and the states its default entry enters (initial children, all regions)."""
+    into.add(node)
+    if node.type == "compound" and node.initial is not None:
+        default_entry(node.initial, into)
+    elif node.type == "parallel":
+        for child in node.children:
+            default_entry(child, into)
+
+
+def compute_domain(trans: Transition) -> StateNode | None:
+    """The state whose active descendants the transition exits; None if it changes no state.
+
+    A transition whose targets all lie inside its source, and that does not ask to
+    ``reenter``, keeps the source active; a parallel source narrows to the one region that
+    holds every target. A target equal to the source without ``reenter`` changes nothing, as
+    in 0.11.0. Anything else exits up to the nearest ancestor of the source that contains
+    every target.
+    """
+    source, targets = trans.source, trans.targets
+    if not targets:
+        return None
+    inside = all(t is source or source in t.ancestor_set for t in targets)
+    if inside and not trans.reenter:
+        if all(t is source for t in targets):
+            return None
+        domain = source
+        while domain.type == "parallel":
+            region = _common_child(domain, targets)
+            if region is None:
+                break
+            domain = region
+        return domain
+    for ancestor in source.ancestors:
+        if all(ancestor in t.ancestor_set for t in targets):
+            return ancestor
+    return source.ancestors[-1] if source.ancestors else source
+
+
+def _common_child(parent: StateNode, targets: Iterable[StateNode]) -> StateNode | None:
+    """The child of ``parent`` that contains every target (as a proper descendant), if one."""
+    found: StateNode | None = None
+    for target in targets:
+        child = next((c for c in parent.children if c in target.ancestor_set), None)
+        if child is None or (found is not None and child is not found):
+            return None
+        found = child
+    return found
+
+
+def entry_set(trans: Transition) -> tuple[StateNode, ...]:
+    """Every state the transition enters, in document order (entry order)."""
+    domain = trans.domain
+    if domain is None:
+        return ()
+    into: set[StateNode] = set()
+    for target in trans.targets:
+        default_entry(target, into)
+    for target in trans.targets:
+        for ancestor in target.ancestors:
+            if ancestor is domain:
+                break
+            into.add(ancestor)
+            if ancestor.type == "parallel":
+                for region in ancestor.children:
+                    if not any(region is s or region in s.ancestor_set for s in into):
+                        default_entry(region, into)
+    return tuple(sorted(into, key=lambda s: s.order))
+
+
+def resolve_transitions(
+    transitions: Iterable[Transition],
+    root: StateNode,
+    by_custom_id: Mapping[str, StateNode],
+) -> None:
+    """Resolve every transition's targets, then its domain and entry set.
+
+    Raises:
+        StateNotFoundError: naming the transition's path when a target does not resolve.
+    """
+    for trans in transitions:
+        nodes = []
+        for ref in trans.target_ids:
+            node = resolve_target(ref, trans.source, root, by_custom_id)
+            if node is None:
+                raise StateNotFoundError(ref, reference_id=trans.source.id, path=trans.path)
+            nodes.append(node)
+        trans.targets = tuple(nodes)
+        trans.domain = compute_domain(trans)
+        trans.entry = entry_set(trans)
+
+
+def build_handler_tables(nodes: Iterable[StateNode]) -> None:
+    """Give each leaf its candidates per event, its own first, then each ancestor's.
+
+    Selecting a transition for an event in a leaf is then one dict look-up plus guard checks,
+    which is what keeps ``send()`` cheap.
+    """
+    for node in nodes:
+        if not node.is_leaf:
+            continue
+        handlers: dict[str, list[Transition]] = {}
+        eventless: list[Transition] = []
+        for state in (node, *node.ancestors):
+            for event, candidates in state.on.items():
+                handlers.setdefault(event, []).extend(candidates)
+            for after in state.after:
+                handlers.setdefault(after.event_type, []).extend(after.transitions)
+            for inv in state.invoke:
+                handlers.setdefault(inv.done_type, []).extend(inv.on_done)
+                handlers.setdefault(inv.error_type, []).extend(inv.on_error)
+            eventless.extend(state.always)
+        node.handlers = {event: tuple(cands) for event, cands in handlers.items()}
+        node.eventless = tuple(eventless)
