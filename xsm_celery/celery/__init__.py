@@ -1,1 +1,53 @@
-"""Placeholder: this package is being built; nothing is public yet."""
+"""Celery integration: chart-driven retry, dead letters, durable timers and Beat entries.
+
+Needs the ``celery`` extra. ``ChartTask`` and ``Xsm`` are the two entry points::
+
+    from xsm_celery.celery import ChartTask, Xsm
+"""
+
+from __future__ import annotations
+
+from xsm_celery.errors import MissingExtraError
+
+try:
+    import celery  # noqa: F401
+except ImportError as exc:
+    raise MissingExtraError(extra="celery", module="celery") from exc
+
+from xsm_celery.celery.app import RELAY_OUTBOX_TASK, Xsm
+from xsm_celery.celery.charts import DEFAULT_CHART, load_chart
+from xsm_celery.celery.execute import HEADER, TaskGaveUp
+from xsm_celery.celery.markers import AttemptMarkers, MemoryAttemptMarkers
+from xsm_celery.celery.replay import TaskReplayResult, replay_task
+from xsm_celery.celery.serialization import require_json
+from xsm_celery.celery.settings import XsmSettings, read_settings, register_keys
+from xsm_celery.celery.task import ChartTask
+from xsm_celery.celery.timers import FIRE_TIMERS_TASK, fire_due_timers, fire_timers
+from xsm_celery.errors import WorkerLost
+
+__all__ = [
+    # Tasks
+    "ChartTask",
+    "Xsm",
+    "TaskGaveUp",
+    "WorkerLost",
+    "HEADER",
+    "DEFAULT_CHART",
+    "load_chart",
+    # Replay
+    "TaskReplayResult",
+    "replay_task",
+    # Beat and timers
+    "FIRE_TIMERS_TASK",
+    "RELAY_OUTBOX_TASK",
+    "fire_due_timers",
+    "fire_timers",
+    # Settings and checks
+    "XsmSettings",
+    "read_settings",
+    "register_keys",
+    "require_json",
+    # Attempt markers
+    "AttemptMarkers",
+    "MemoryAttemptMarkers",
+]

@@ -1,0 +1,141 @@
+"""Bind a task's retry chart to its logic, once, when the task is bound to its app.
+
+The logic is the policy's named retry logic (``retryDelay``, ``retryCanRetry``,
+``retryGiveUp``, ``retryBump``, ``retryReset``), the ``work`` service that runs the user's
+function, and whatever ``chart_logic`` the task adds for a custom chart. Every named delay is
+wrapped so the run learns the exact milliseconds the chart asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from xsm_celery.celery.attempt import DEAD_LETTER_TAG, current_run
+from xsm_celery.celery.charts import ChartSpec, load_chart
+from xsm_celery.engine import MachineLogic, create_machine
+from xsm_celery.errors import ConfigurationError, XsmError
+from xsm_celery.patterns import ERRORS_CONTEXT_KEY, RetryPolicy
+from xsm_celery.patterns.error_chain import error_entry
+
+__all__ = ["MAX_ERRORS", "WORK_SERVICE", "build_task_machine"]
+
+#: The service name a task chart invokes to run the task's function.
+WORK_SERVICE = "work"
+
+#: Error-chain entries kept in the snapshot (the newest win), as DeadLetterPlugin keeps.
+MAX_ERRORS = 20
+
+
+def build_task_machine(
+    task_name: str,
+    chart: ChartSpec,
+    policy: RetryPolicy,
+    *,
+    control: tuple[type[BaseException], ...],
+    chart_logic: MachineLogic | None = None,
+    redact_keys: tuple[str, ...] | None = None,
+) -> Any:
+    """Create the task's machine (validated here, never per run).
+
+    Args:
+        task_name: For error messages and the error chain's ``name``.
+        chart: ``retry_chart=``: a dict, a path or a shipped chart name (default chart if None).
+        policy: The task's ``RetryPolicy`` (``give_up_on`` / ``retry_on`` already applied).
+        control: Celery's control-flow exceptions, passed through instead of counted.
+        chart_logic: Extra named logic a custom chart uses.
+        redact_keys: Keys whose values are masked in error messages.
+
+    Raises:
+        ConfigurationError: the chart is invalid, never invokes ``work``, or has no
+            ``dead-letter`` state.
+    """
+    config = load_chart(chart)
+    logic = policy.logic()
+    if chart_logic is not None:
+        logic = logic.merge(chart_logic)
+    work = _work_service(task_name, control, redact_keys)
+    logic = MachineLogic(
+        actions=logic.actions,
+        guards=logic.guards,
+        services={**logic.services, WORK_SERVICE: work},
+        delays={name: _recording(delay) for name, delay in logic.delays.items()},
+    )
+    try:
+        machine = create_machine(config, logic=logic)
+    except XsmError as exc:
+        raise ConfigurationError(f"task {task_name!r}: retry chart refused: {exc}") from exc
+    _check_shape(task_name, machine)
+    return machine
+
+
+def _check_shape(task_name: str, machine: Any) -> None:
+    if not any(inv.src == WORK_SERVICE for inv in machine.invokes):
+        raise ConfigurationError(
+            f"task {task_name!r}: retry chart {machine.id!r} never invokes {WORK_SERVICE!r}; "
+            f"the state that runs the task needs \"invoke\": {{\"src\": \"{WORK_SERVICE}\"}}"
+        )
+    if not any(DEAD_LETTER_TAG in node.tags for node in machine.iter_states()):
+        raise ConfigurationError(
+            f"task {task_name!r}: retry chart {machine.id!r} has no state tagged "
+            f"{DEAD_LETTER_TAG!r}, so the task could never give up; tag the terminal failure "
+            f"state with \"tags\": [\"{DEAD_LETTER_TAG}\"]"
+        )
+
+
+def _recording(delay: Any) -> Callable[[Mapping[str, Any], Any], float]:
+    """Wrap a named delay so the current run sees the exact value the chart used."""
+
+    def recorded(ctx: Mapping[str, Any], event: Any) -> float:
+        ms = float(delay(ctx, event) if callable(delay) else delay)
+        current_run().delay_ms = ms
+        return ms
+
+    return recorded
+
+
+def _work_service(
+    task_name: str,
+    control: tuple[type[BaseException], ...],
+    redact_keys: tuple[str, ...] | None,
+) -> Callable[[Any, dict[str, Any], Any], Any]:
+    """The ``work`` service: one attempt of the task's function (or a lost attempt)."""
+
+    def work(interp: Any, ctx: dict[str, Any], event: Any) -> Any:
+        run = current_run()
+        run.invocations += 1
+        lost, run.lost = run.lost, None
+        if lost is not None:
+            _push(ctx, task_name, lost, redact_keys)
+            run.error = lost
+            raise lost
+        if run.mark is not None:
+            run.mark(_attempt(ctx) + 1)
+        try:
+            result = run.call()
+        except control as exc:
+            run.control = exc
+            return None
+        except Exception as exc:
+            _push(ctx, task_name, exc, redact_keys)
+            run.error = exc
+            raise
+        run.result, run.error = result, None
+        return result
+
+    return work
+
+
+def _attempt(ctx: Mapping[str, Any]) -> int:
+    value = ctx.get("attempt", 0)
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+
+def _push(
+    ctx: dict[str, Any], task_name: str, error: BaseException, keys: tuple[str, ...] | None
+) -> None:
+    entry = error_entry("service", task_name, error, context=ctx, redact_keys=keys)
+    chain = ctx.get(ERRORS_CONTEXT_KEY)
+    chain = list(chain) if isinstance(chain, list) else []
+    chain.append(entry)
+    ctx[ERRORS_CONTEXT_KEY] = chain[-MAX_ERRORS:]

@@ -1,0 +1,148 @@
+"""Attempt markers: "attempt n of task id X has started", kept outside the message.
+
+A chart task acknowledges late, so a message whose worker died comes back. Both Redis and
+RabbitMQ flag it (``delivery_info['redelivered']``), but the flag alone over-counts: a worker
+that restarts also hands back the messages it had prefetched or was holding for a countdown,
+and those never started. So every attempt writes a marker just before the user's function
+runs; a redelivered message counts as a lost attempt only when the marker says its attempt
+had started. The marker is read only for redelivered messages, so the common path costs one
+write.
+
+Where markers go (``xsm_attempt_markers``): the broker's Redis when the broker is Redis, else
+the result backend when it is a key-value store (Redis, memcached), else the timer database.
+Any object with ``mark(task_id, attempt)`` and ``started(task_id)`` works too.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Protocol, runtime_checkable
+
+from xsm_celery.errors import ConfigurationError
+
+__all__ = [
+    "AttemptMarkers",
+    "BackendAttemptMarkers",
+    "MemoryAttemptMarkers",
+    "RedisAttemptMarkers",
+    "open_attempt_markers",
+]
+
+_KEY = "xsm:attempt:"
+
+
+@runtime_checkable
+class AttemptMarkers(Protocol):
+    """Where a worker records that an attempt started, so a redelivery can be classified."""
+
+    def mark(self, task_id: str, attempt: int) -> None:
+        """Record that ``attempt`` (1-based) of ``task_id`` is about to run."""
+
+    def started(self, task_id: str) -> int | None:
+        """The highest attempt recorded for ``task_id``, or None."""
+
+
+class MemoryAttemptMarkers:
+    """Markers in this process only; for tests and single-process eager runs."""
+
+    def __init__(self) -> None:
+        self._marks: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def mark(self, task_id: str, attempt: int) -> None:
+        """Record the attempt."""
+        with self._lock:
+            self._marks[task_id] = attempt
+
+    def started(self, task_id: str) -> int | None:
+        """The recorded attempt, if any."""
+        return self._marks.get(task_id)
+
+
+class RedisAttemptMarkers:
+    """Markers as expiring Redis keys (``xsm:attempt:<task id>``)."""
+
+    def __init__(self, client: Any, ttl_s: float) -> None:
+        self._client = client
+        self._ttl = max(1, int(ttl_s))
+
+    @classmethod
+    def from_url(cls, url: str, ttl_s: float) -> RedisAttemptMarkers:
+        """Connect to the Redis at ``url``."""
+        # kombu's Redis transport and Celery's Redis backend both need redis-py, so a
+        # redis:// URL in the app's configuration means the package is installed.
+        import redis
+
+        return cls(redis.Redis.from_url(url), ttl_s)
+
+    def mark(self, task_id: str, attempt: int) -> None:
+        """Record the attempt with an expiry."""
+        self._client.set(_KEY + task_id, attempt, ex=self._ttl)
+
+    def started(self, task_id: str) -> int | None:
+        """The recorded attempt, if the key has not expired."""
+        value = self._client.get(_KEY + task_id)
+        return None if value is None else int(value)
+
+
+class BackendAttemptMarkers:
+    """Markers in a key-value Celery result backend, through its ``get``/``set``."""
+
+    def __init__(self, backend: Any) -> None:
+        self._backend = backend
+
+    def mark(self, task_id: str, attempt: int) -> None:
+        """Record the attempt (expires with the backend's result expiry)."""
+        self._backend.set(_KEY + task_id, str(attempt))
+
+    def started(self, task_id: str) -> int | None:
+        """The recorded attempt, if any."""
+        value = self._backend.get(_KEY + task_id)
+        return None if value is None else int(value)
+
+
+def open_attempt_markers(app: Any, configured: Any, timer_store_url: Any, ttl_s: float) -> Any:
+    """Resolve ``xsm_attempt_markers`` into a markers object (see the module docstring)."""
+    if configured is not None and not isinstance(configured, str):
+        if not isinstance(configured, AttemptMarkers):
+            raise ConfigurationError(
+                f"xsm_attempt_markers={configured!r} has no mark()/started(); give a URL "
+                "(redis://, sqlite:///, postgresql://) or an AttemptMarkers object"
+            )
+        return configured
+    url = configured or _auto_url(app)
+    if url is None:
+        backend = app.backend
+        if _is_key_value(backend):
+            return BackendAttemptMarkers(backend)
+        url = timer_store_url if isinstance(timer_store_url, str) else None
+    if url is None:
+        raise ConfigurationError(
+            "no place for attempt markers: the broker is not Redis, the result backend is "
+            "not a key-value store and xsm_timer_store is an object; set "
+            "app.conf.xsm_attempt_markers to a redis:// or database URL"
+        )
+    return _from_url(url, ttl_s)
+
+
+def _auto_url(app: Any) -> str | None:
+    broker = str(app.conf.broker_url or "")
+    return broker if broker.startswith(("redis://", "rediss://")) else None
+
+
+def _is_key_value(backend: Any) -> bool:
+    from celery.backends.base import KeyValueStoreBackend
+
+    return isinstance(backend, KeyValueStoreBackend)
+
+
+def _from_url(url: str, ttl_s: float) -> Any:
+    if url.startswith(("redis://", "rediss://")):
+        return RedisAttemptMarkers.from_url(url, ttl_s)
+    if url == "memory://":
+        return MemoryAttemptMarkers()
+    # Markers in a database share the timer store's engine and file; the SQLAlchemy code
+    # stays in the sqlalchemy integration, which the celery integration may use.
+    from xsm_celery.sqlalchemy.timers import SQLAlchemyAttemptMarkers
+
+    return SQLAlchemyAttemptMarkers.from_url(url, ttl_s)

@@ -1,0 +1,98 @@
+"""Long retry delays as durable timer rows, published by a Beat task when due.
+
+A countdown message sits unacknowledged in the worker until it runs; the Redis transport
+hands it to another worker once its visibility timeout passes, so a delay longer than that
+runs twice. Delays above ``xsm_timer_countdown_max_s`` are therefore written to the timer
+store, and ``xsm_celery.fire_timers`` (scheduled by ``Xsm.beat_schedule``) publishes the retry
+once it is due. The row is deleted only after the publish succeeded, under a lease, so a
+Beat or worker restart in between loses nothing (at worst a retry is published twice, and
+the second delivery is the same attempt of the same chart).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from celery import shared_task
+
+from xsm_celery.celery.stores import stores_for
+
+__all__ = ["FIRE_TIMERS_TASK", "fire_due_timers", "fire_timers", "schedule_retry"]
+
+logger = logging.getLogger(__name__)
+
+#: Name of the Beat task that publishes due timers.
+FIRE_TIMERS_TASK = "xsm_celery.fire_timers"
+
+#: Seconds a Beat process owns the rows it claimed before another may take them.
+LEASE_S = 60.0
+
+
+def schedule_retry(
+    app: Any,
+    *,
+    task_name: str,
+    task_id: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    headers: Mapping[str, Any],
+    retries: int,
+    due_at: float,
+    options: Mapping[str, Any],
+) -> str:
+    """Write the retry of ``task_id`` as a timer row due at ``due_at`` (epoch s)."""
+    payload = {
+        "task": task_name,
+        "args": list(args),
+        "kwargs": dict(kwargs),
+        "headers": dict(headers),
+        "retries": retries,
+        "options": dict(options),
+    }
+    return str(stores_for(app).timers().schedule(task_id, due_at, payload))
+
+
+def fire_due_timers(app: Any, *, now: float | None = None, owner: str | None = None) -> int:
+    """Publish every due retry (at most ``xsm_timer_batch``); return how many were sent.
+
+    A row whose publish fails keeps its lease and is retried by a later tick once the
+    lease runs out; the error is logged with the task id.
+    """
+    stores = stores_for(app)
+    owner = owner or f"{socket.gethostname()}:{os.getpid()}"
+    now = time.time() if now is None else now
+    timers = stores.timers()
+    due = timers.claim(now, stores.settings.timer_batch, owner, lease_s=LEASE_S)
+    sent = 0
+    for timer in due:
+        try:
+            _publish(app, timer.key, timer.payload)
+        except Exception:
+            logger.exception("could not publish the retry of task %s; will try again", timer.key)
+            continue
+        timers.delete(timer.id)
+        sent += 1
+    return sent
+
+
+def _publish(app: Any, task_id: str, payload: Mapping[str, Any]) -> None:
+    app.send_task(
+        payload["task"],
+        args=payload.get("args") or [],
+        kwargs=payload.get("kwargs") or {},
+        task_id=task_id,
+        headers=payload.get("headers") or {},
+        retries=int(payload.get("retries") or 0),
+        **dict(payload.get("options") or {}),
+    )
+
+
+@shared_task(name=FIRE_TIMERS_TASK, bind=True, ignore_result=True)
+def fire_timers(self: Any) -> int:
+    """Beat task: publish the chart-task retries whose durable timers are due."""
+    return fire_due_timers(self.app)
