@@ -14,10 +14,18 @@ except ImportError as exc:
 
 from xsm_celery.sqlalchemy.connect import make_engine
 from xsm_celery.sqlalchemy.dead_letters import SQLAlchemyDeadLetterStore
+from xsm_celery.sqlalchemy.inbox import SQLAlchemyInbox
+from xsm_celery.sqlalchemy.outbox import LEASE_COLUMNS, SQLAlchemyOutboxStore
+from xsm_celery.sqlalchemy.snapshots import SQLAlchemyDatabase, SQLAlchemyStore
 from xsm_celery.sqlalchemy.urls import open_dead_letter_store
 
 __all__ = [
+    "LEASE_COLUMNS",
+    "SQLAlchemyDatabase",
     "SQLAlchemyDeadLetterStore",
+    "SQLAlchemyInbox",
+    "SQLAlchemyOutboxStore",
+    "SQLAlchemyStore",
     "make_engine",
     "open_dead_letter_store",
 ]
