@@ -20,7 +20,7 @@ import click
 
 from xsm_celery.cli.base import EXIT_REPLAY_FAILED, CliError, OneLineGroup
 from xsm_celery.cli.render import dead_letter_detail, dead_letters_table, make_console
-from xsm_celery.cli.replay import SUCCESS_OUTCOMES, ReplayOptions, replay_record, result_dict
+from xsm_celery.cli.replay import ReplayOptions, ReplayReport, replay_record
 from xsm_celery.cli.target import DlqTarget
 from xsm_celery.errors import XsmError
 
@@ -164,22 +164,21 @@ def replay(ctx: click.Context, *, record_id: str, dry_run: bool, yes: bool,
     record = _get_record(target, record_id)
     options = ReplayOptions(dry_run=dry_run, reason=(reason or "dry run").strip(), force=force,
                             actor=actor, store_url=store_url, machines=machines, logic=logic)
-    result = replay_record(target, record, options)
-    _report_replay(result_dict(result), dry_run=dry_run, as_json=as_json)
+    _report_replay(replay_record(target, record, options), dry_run=dry_run, as_json=as_json)
 
 
-def _report_replay(result: dict[str, Any], *, dry_run: bool, as_json: bool) -> None:
-    for warning in result.get("warnings") or ():
+def _report_replay(report: ReplayReport, *, dry_run: bool, as_json: bool) -> None:
+    for warning in (*report.warnings, *(report.data.get("warnings") or ())):
         click.echo(f"xsm dlq: warning: {warning}", err=True)
-    outcome = str(result.get("outcome", ""))
+    record_id, outcome = report.data.get("record_id"), report.data.get("outcome", "")
     if as_json:
-        _echo_json(result)
-    elif dry_run:
-        click.echo(f"dry run: {result.get('record_id')}: {outcome} (nothing changed; "
-                   "replay for real with --no-dry-run --yes --reason ...)")
+        _echo_json(report.data)
     else:
-        click.echo(f"{result.get('record_id')}: {outcome}")
-    if not dry_run and outcome not in SUCCESS_OUTCOMES:
+        click.echo(f"{record_id}: {outcome}")
+        if dry_run:
+            click.echo("dry run: nothing was sent or changed; replay for real with "
+                       "--no-dry-run --yes --reason ...")
+    if not report.succeeded:
         raise click.exceptions.Exit(EXIT_REPLAY_FAILED)
 
 

@@ -16,15 +16,30 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from xsm_celery.cli.base import CliError
+from xsm_celery.cli.base import EXIT_REPLAY_FAILED, CliError
 from xsm_celery.cli.target import DlqTarget
 from xsm_celery.errors import XsmError
 from xsm_celery.patterns.dead_letter import DeadLetter
 
-__all__ = ["SUCCESS_OUTCOMES", "ReplayOptions", "replay_record", "result_dict"]
+__all__ = ["ENVELOPE_SUCCESS", "ReplayFailed", "ReplayOptions", "ReplayReport", "replay_record"]
 
-#: Outcomes of a real replay that count as success (exit 0); anything else exits 1.
-SUCCESS_OUTCOMES = frozenset({"processed", "duplicate", "enqueued", "replayed"})
+#: Outcomes of a real envelope replay that count as success; any other one exits 1.
+ENVELOPE_SUCCESS = frozenset({"processed", "duplicate"})
+
+
+class ReplayFailed(CliError):
+    """A real replay ran and failed (the broker refused the task): exit status 1."""
+
+    exit_code = EXIT_REPLAY_FAILED
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    """The replay function's result as plain data, and whether it counts as a success."""
+
+    data: dict[str, Any]
+    succeeded: bool
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -40,12 +55,13 @@ class ReplayOptions:
     logic: str | None = None
 
 
-def replay_record(target: DlqTarget, record: DeadLetter, options: ReplayOptions) -> Any:
-    """Replay ``record`` the way its kind allows and return the replay function's result.
+def replay_record(target: DlqTarget, record: DeadLetter, options: ReplayOptions) -> ReplayReport:
+    """Replay ``record`` the way its kind allows.
 
     Raises:
         CliError: the record cannot be replayed, a needed piece is missing, or the replay
             function refused (``ReplayRefusedError`` and every other library error).
+        ReplayFailed: a real task replay could not be sent.
     """
     try:
         if record.task_name:
@@ -60,20 +76,31 @@ def replay_record(target: DlqTarget, record: DeadLetter, options: ReplayOptions)
     )
 
 
-def _replay_task(target: DlqTarget, record: DeadLetter, options: ReplayOptions) -> Any:
+def _replay_task(target: DlqTarget, record: DeadLetter, options: ReplayOptions) -> ReplayReport:
+    """A task replay either sends the task (success) or raises: refused, or not sent."""
     replay_task = _import("xsm_celery.celery", "replay_task", "replaying a Celery task")
     app = target.app(needed_for=f"replaying task {record.task_name}")
+    store = target.store()
     kwargs: dict[str, Any] = {"reason": options.reason, "dry_run": options.dry_run,
                               "actor": options.actor}
+    notes: tuple[str, ...] = ()
     if options.force:
-        if "force" not in inspect.signature(replay_task).parameters:
-            raise CliError("--force has no effect on task dead letters (a replayed task "
-                           "starts a fresh chart); leave it out")
-        kwargs["force"] = True
-    return replay_task(target.store(), record.id, app, **kwargs)
+        if "force" in inspect.signature(replay_task).parameters:
+            kwargs["force"] = True
+        else:
+            notes = ("--force is ignored for task dead letters: a replayed task starts a "
+                     "fresh chart, so a changed chart never refuses it",)
+    try:
+        result = replay_task(store, record.id, app, **kwargs)
+    except XsmError:
+        raise
+    except Exception as exc:  # the broker or the app failed to send: the replay ran, and failed
+        raise ReplayFailed(f"replay of {record.id} failed: {type(exc).__name__}: {exc}; the "
+                           "record stays unresolved") from None
+    return ReplayReport(result_dict(result), succeeded=True, warnings=notes)
 
 
-def _replay_envelope(target: DlqTarget, record: DeadLetter, options: ReplayOptions) -> Any:
+def _replay_envelope(target: DlqTarget, record: DeadLetter, options: ReplayOptions) -> ReplayReport:
     replay_dead_letter = _import("xsm_celery.eda", "replay_dead_letter",
                                  "replaying an envelope dead letter")
     from xsm_celery.cli.dispatcher import build_dispatcher
@@ -81,10 +108,12 @@ def _replay_envelope(target: DlqTarget, record: DeadLetter, options: ReplayOptio
     if not options.store_url or not options.machines:
         raise CliError("replaying an envelope dead letter needs --store URL and --machine FILE")
     dispatcher = build_dispatcher(options.store_url, options.machines, options.logic)
-    return replay_dead_letter(
+    result = replay_dead_letter(
         target.store(), record.id, dispatcher, reason=options.reason,
         dry_run=options.dry_run, force=options.force, actor=options.actor,
     )
+    data = result_dict(result)
+    return ReplayReport(data, succeeded=options.dry_run or data.get("outcome") in ENVELOPE_SUCCESS)
 
 
 def _import(module: str, name: str, purpose: str) -> Any:
