@@ -64,9 +64,9 @@ class TreeBuilder:
         if not isinstance(config, Mapping):
             raise InvalidConfigError(f"a chart must be a dict, got {type(config).__name__}")
         machine_id = config.get("id")
-        if not isinstance(machine_id, str) or not machine_id or "." in machine_id:
+        if not isinstance(machine_id, str) or not machine_id:
             raise InvalidConfigError(
-                f"the chart needs an 'id' (a non-empty str without dots), got {machine_id!r}",
+                f"the chart needs an 'id' (a non-empty str), got {machine_id!r}",
                 path="id",
             )
         if "states" not in config:

@@ -14,7 +14,6 @@ import heapq
 import itertools
 import math
 import time
-import weakref
 from collections.abc import Callable, Generator
 from typing import Any, Protocol
 
@@ -70,7 +69,7 @@ class Clock:
         raise NotImplementedError
 
     def attach(self, participant: ClockParticipant) -> None:
-        """Register an interpreter whose timers this clock drives (weakly held)."""
+        """Register an interpreter whose timers this clock drives."""
 
     def detach(self, participant: ClockParticipant) -> None:
         """Forget an interpreter (it stopped)."""
@@ -151,9 +150,9 @@ class SimulatedClock(Clock):
         self._now = float(start_ms)
         self._start = float(start_ms)
         self._wall_start = time.time() if wall_start is None else float(wall_start)
-        self._participants: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._participants: dict[int, Any] = {}
         self._callbacks = _CallbackTimers()
-        self._participants.add(self._callbacks)
+        self.attach(self._callbacks)
 
     @property
     def is_simulated(self) -> bool:
@@ -166,10 +165,12 @@ class SimulatedClock(Clock):
         return self._wall_start + (self._now - self._start) / 1000.0
 
     def attach(self, participant: ClockParticipant) -> None:
-        self._participants.add(participant)
+        """Hold ``participant`` until it detaches, so its timers fire even if nobody else
+        keeps it (``SyncInterpreter(m, clock=c).start()`` with the result discarded)."""
+        self._participants[id(participant)] = participant
 
     def detach(self, participant: ClockParticipant) -> None:
-        self._participants.discard(participant)
+        self._participants.pop(id(participant), None)
 
     def call_later(self, delay_ms: float, callback: Callable[[], Any]) -> TimerHandle:
         """Run ``callback`` once the clock has moved ``delay_ms`` on."""
@@ -179,7 +180,7 @@ class SimulatedClock(Clock):
 
     def next_due(self) -> float | None:
         """When the earliest pending timer of any attached interpreter is due, if any."""
-        dues = [p._clock_next_due() for p in list(self._participants)]
+        dues = [p._clock_next_due() for p in list(self._participants.values())]
         pending = [d for d in dues if d is not None]
         return min(pending) if pending else None
 
@@ -205,14 +206,14 @@ class SimulatedClock(Clock):
         while True:
             fired += self._fire_until(target, fired)
             drained = False
-            for participant in list(self._participants):
+            for participant in list(self._participants.values()):
                 drained = participant._clock_drain() or drained
             if not drained and not self._any_due(target):
                 break
         self._now = max(self._now, target)
 
     def _any_due(self, target: float) -> bool:
-        for participant in list(self._participants):
+        for participant in list(self._participants.values()):
             due = participant._clock_next_due()
             if due is not None and due <= target:
                 return True
@@ -223,7 +224,7 @@ class SimulatedClock(Clock):
         while True:
             best: Any = None
             best_due = math.inf
-            for participant in list(self._participants):
+            for participant in list(self._participants.values()):
                 due = participant._clock_next_due()
                 if due is not None and due <= target and due < best_due:
                     best, best_due = participant, due

@@ -55,8 +55,10 @@ def resolve_target(
         found = state_by_path(source.parent, parts)
         if found is not None:
             return found
-    if parts[0] == root.id:
-        return state_by_path(root, parts[1:])
+    if ref == root.id:
+        return root
+    if ref.startswith(f"{root.id}."):
+        return state_by_path(root, ref[len(root.id) + 1 :].split("."))
     if source.parent is None:
         return state_by_path(root, parts)
     return None
