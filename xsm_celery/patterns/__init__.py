@@ -1,26 +1,63 @@
 """Resilience patterns as small statecharts: retry with backoff, dead letters, breakers.
 
 Each pattern is a chart plus a little logic, so it runs on the same engine as the user's
-own machines, persists with them and renders in the same diagrams.
+own machines, persists with them and renders in the same diagrams. See docs/patterns.md.
 """
 
 from __future__ import annotations
 
 from xsm_celery.errors import CircuitOpenError
-from xsm_celery.patterns.dead_letter import DeadLetter, DeadLetterReason, DeadLetterStore
-from xsm_celery.patterns.error_chain import ERRORS_CONTEXT_KEY
+from xsm_celery.patterns.breaker_chart import CIRCUIT_BREAKER_CONFIG, circuit_breaker_logic
+from xsm_celery.patterns.dead_letter import (
+    DeadLetter,
+    DeadLetterReason,
+    DeadLetterSink,
+    DeadLetterStore,
+    DeadLetterStoreProtocol,
+    MemoryDeadLetterStore,
+)
+from xsm_celery.patterns.error_chain import ERRORS_CONTEXT_KEY, error_entry
 from xsm_celery.patterns.jitter import Jitter
 from xsm_celery.patterns.retry import RetryPolicy
+
+_ENGINE_BACKED = {
+    "CircuitBreaker": "breaker",
+    "CircuitState": "breaker",
+    "circuit_breaker": "breaker",
+    "DEAD_LETTER_TAG": "dead_letter_plugin",
+    "DeadLetterPlugin": "dead_letter_plugin",
+}
+
+
+def __getattr__(name: str) -> object:
+    """TEMPORARY while the engine lands: import engine-backed names on first use."""
+    import importlib
+
+    module = _ENGINE_BACKED.get(name)
+    if module is None:
+        raise AttributeError(f"module 'xsm_celery.patterns' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"xsm_celery.patterns.{module}"), name)
 
 __all__ = [
     # Retry
     "Jitter",
     "RetryPolicy",
     # Dead letters
+    "DEAD_LETTER_TAG",
     "DeadLetter",
+    "DeadLetterPlugin",
     "DeadLetterReason",
+    "DeadLetterSink",
     "DeadLetterStore",
+    "DeadLetterStoreProtocol",
     "ERRORS_CONTEXT_KEY",
+    "MemoryDeadLetterStore",
+    "error_entry",
     # Circuit breaker
+    "CIRCUIT_BREAKER_CONFIG",
+    "CircuitBreaker",
     "CircuitOpenError",
+    "CircuitState",
+    "circuit_breaker",
+    "circuit_breaker_logic",
 ]
