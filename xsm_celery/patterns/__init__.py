@@ -7,6 +7,7 @@ own machines, persists with them and renders in the same diagrams. See docs/patt
 from __future__ import annotations
 
 from xsm_celery.errors import CircuitOpenError
+from xsm_celery.patterns.breaker import CircuitBreaker, CircuitState, circuit_breaker
 from xsm_celery.patterns.breaker_chart import CIRCUIT_BREAKER_CONFIG, circuit_breaker_logic
 from xsm_celery.patterns.dead_letter import (
     DeadLetter,
@@ -16,27 +17,10 @@ from xsm_celery.patterns.dead_letter import (
     DeadLetterStoreProtocol,
     MemoryDeadLetterStore,
 )
+from xsm_celery.patterns.dead_letter_plugin import DEAD_LETTER_TAG, DeadLetterPlugin
 from xsm_celery.patterns.error_chain import ERRORS_CONTEXT_KEY, error_entry
 from xsm_celery.patterns.jitter import Jitter
 from xsm_celery.patterns.retry import RetryPolicy
-
-_ENGINE_BACKED = {
-    "CircuitBreaker": "breaker",
-    "CircuitState": "breaker",
-    "circuit_breaker": "breaker",
-    "DEAD_LETTER_TAG": "dead_letter_plugin",
-    "DeadLetterPlugin": "dead_letter_plugin",
-}
-
-
-def __getattr__(name: str) -> object:
-    """TEMPORARY while the engine lands: import engine-backed names on first use."""
-    import importlib
-
-    module = _ENGINE_BACKED.get(name)
-    if module is None:
-        raise AttributeError(f"module 'xsm_celery.patterns' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"xsm_celery.patterns.{module}"), name)
 
 __all__ = [
     # Retry

@@ -22,7 +22,6 @@ import asyncio
 import copy
 import functools
 import inspect
-import re
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, overload
@@ -61,11 +60,6 @@ def _rate(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
         raise ValueError(f"failure_rate_threshold must be None or in (0, 1], got {value!r}")
     return float(value)
-
-
-def _chart_id(name: str) -> str:
-    """A chart id for ``name``: ids cannot hold dots, which qualified names often do."""
-    return re.sub(r"[^A-Za-z0-9_\-]+", "_", name).strip("_") or "circuitBreaker"
 
 
 def _exception_classes(value: object) -> tuple[type[BaseException], ...]:
@@ -128,8 +122,8 @@ class CircuitBreaker:
         if name is not None:
             if not isinstance(name, str) or not name:
                 raise ValueError(f"name must be a non-empty string, got {name!r}")
-            config["id"] = _chart_id(name)
-        self.name: str = config["id"] if name is None else name
+            config["id"] = name
+        self.name: str = config["id"]
         self.cooldown_ms = check_cooldown(cooldown_ms)
         self.exceptions = _exception_classes(exceptions)
         self._clock = WallClock() if clock is None else clock
