@@ -1,0 +1,130 @@
+"""The Celery app that the real worker processes in these tests run (``celery -A ...``).
+
+Configured from the environment by the fixtures in ``tests/celery/workers.py``: broker,
+result backend, queue, and the SQLite files of the dead-letter and timer stores. Tasks count
+their calls in Redis, and a ``task_retry`` handler records every retry's countdown there, so
+the test process can check exactly what the worker did.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+from pathlib import Path
+from typing import Any
+
+import redis
+from celery import Celery
+from celery.signals import task_retry
+
+from xsm_celery.celery import ChartTask, Xsm
+from xsm_celery.engine import MachineLogic
+from xsm_celery.patterns import RetryPolicy
+
+#: Seed of the jittered task's rng; the test draws the same sequence to predict countdowns.
+JITTER_SEED = 20240611
+
+#: The jittered task's policy, minus the rng (the test rebuilds it with a fresh one).
+JITTER_POLICY = {"max_attempts": 4, "base_ms": 40, "factor": 2.0, "jitter": "full"}
+
+CHARTS = Path(__file__).resolve().parent / "charts"
+
+app = Celery("xsm_worker_tests")
+app.conf.update(
+    broker_url=os.environ.get("XSM_TEST_BROKER", "redis://127.0.0.1:6379/13"),
+    result_backend=os.environ.get("XSM_TEST_BACKEND", "redis://127.0.0.1:6379/14"),
+    task_default_queue=os.environ.get("XSM_TEST_QUEUE", "xsm-tests"),
+    broker_transport_options={"visibility_timeout": 30},
+    broker_connection_retry_on_startup=True,
+    worker_prefetch_multiplier=1,
+    worker_hijack_root_logger=False,
+    result_expires=600,
+    xsm_dead_letter_store=os.environ.get("XSM_TEST_DLQ", "memory://workerapp"),
+    xsm_timer_store=os.environ.get("XSM_TEST_TIMERS", "sqlite:///xsm_test_timers.db"),
+    xsm_timer_countdown_max_s=1.0,
+)
+xsm = Xsm(app)
+app.conf.beat_schedule = xsm.beat_schedule(timers_every=0.25)
+
+_redis = redis.Redis.from_url(app.conf.result_backend)
+
+
+def events_key(task_id: str) -> str:
+    """Redis list where the worker records a task's retries."""
+    return f"xsm-test:retries:{task_id}"
+
+
+def calls_key(tag: str) -> str:
+    """Redis counter of the calls made under ``tag``."""
+    return f"xsm-test:calls:{tag}"
+
+
+def _count(tag: str) -> int:
+    return int(_redis.incr(calls_key(tag)))
+
+
+@task_retry.connect
+def _record_retry(sender: Any = None, request: Any = None, reason: Any = None, **_: Any) -> None:
+    """Record each retry's task id, countdown and cause, in order."""
+    when = reason.when if isinstance(reason.when, int | float) else str(reason.when)
+    cause = type(reason.exc).__name__ if reason.exc is not None else None
+    _redis.rpush(events_key(request.id), repr((request.id, when, cause)))
+
+
+@app.task(
+    base=ChartTask,
+    retry_policy=RetryPolicy(**JITTER_POLICY, rng=random.Random(JITTER_SEED).random),
+)
+def jittered(tag: str, failures: int) -> str:
+    """Fail ``failures`` times with ConnectionError, then succeed."""
+    if _count(tag) <= failures:
+        raise ConnectionError(f"upstream 503 for {tag}")
+    return f"ok:{tag}"
+
+
+@xsm.task(retry_policy=RetryPolicy(max_attempts=3, base_ms=20, jitter="none"))
+def exhausted(tag: str, card_token: str = "tok_live_4242") -> None:
+    """Always fail, so the third failure dead-letters."""
+    raise ConnectionError(f"attempt {_count(tag)} refused")
+
+
+@xsm.task(
+    retry_policy=RetryPolicy(max_attempts=5, base_ms=20, jitter="none"),
+    give_up_on=(ValueError,),
+)
+def refuses(tag: str) -> None:
+    """Fail once with a retryable error, then with a ValueError the task gives up on."""
+    if _count(tag) == 1:
+        raise ConnectionError("first try: timeout")
+    raise ValueError("amount must be positive")
+
+
+def _note_decline(interp: Any, ctx: dict[str, Any], event: Any, action: Any) -> None:
+    ctx["declines"] = int(ctx.get("declines", 0)) + 1
+
+
+@xsm.task(
+    retry_policy=RetryPolicy(max_attempts=2, base_ms=20, jitter="none"),
+    retry_chart=str(CHARTS / "payment_retry.json"),
+    chart_logic=MachineLogic(actions={"noteDecline": _note_decline}),
+)
+def pays(tag: str) -> None:
+    """Always declined, through a custom chart with an action of its own."""
+    raise ConnectionError(f"card declined ({_count(tag)})")
+
+
+@xsm.task(retry_policy=RetryPolicy(max_attempts=3, base_ms=20, jitter="none"))
+def kills_worker(tag: str, times: int) -> str:
+    """SIGKILL the process running it on the first ``times`` calls, then succeed."""
+    if _count(tag) <= times:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return f"survived:{tag}"
+
+
+@xsm.task(retry_policy=RetryPolicy(max_attempts=3, base_ms=1500, jitter="none"))
+def slow_retry(tag: str) -> str:
+    """Fail once; the 1.5 s retry delay is above the 1 s countdown limit (a timer row)."""
+    if _count(tag) == 1:
+        raise ConnectionError("rate limited, come back later")
+    return f"late:{tag}"
