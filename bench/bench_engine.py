@@ -1,0 +1,162 @@
+"""Statechart engine: time per send() and per retry loop, and snapshot/restore cost.
+
+Three workloads, each run on xsm_celery, xstate-statemachine 0.11.0 and (where it has the
+feature) ``transitions``, in one process and one run:
+
+* toggle: ``send("T")`` on a two-state chart that flips between ``a`` and ``b``;
+* retry loop: the seed's four-state retry chart (invoke, onError, named ``after`` delay,
+  guard, final) from ``start()`` through three failures to success, driven by a
+  ``SimulatedClock``; the same plain-function logic on both engines;
+* snapshot / restore: ``get_snapshot()`` and ``from_snapshot()`` of a machine at rest in
+  ``retrying`` with a pending timer.
+
+Run: ``python -m bench.bench_engine``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from bench.timing import per_call_us, table
+
+TOGGLE = {
+    "id": "toggle",
+    "initial": "a",
+    "states": {"a": {"on": {"T": "b"}}, "b": {"on": {"T": "a"}}},
+}
+
+RETRY = {
+    "id": "job",
+    "initial": "attempting",
+    "context": {"attempt": 0},
+    "states": {
+        "attempting": {
+            "invoke": {
+                "src": "work",
+                "onDone": {"target": "done", "actions": "retryReset"},
+                "onError": {"target": "retrying", "actions": "retryBump"},
+            }
+        },
+        "retrying": {
+            "after": {
+                "retryDelay": [
+                    {"guard": "retryCanRetry", "target": "attempting"},
+                    {"target": "deadLettered"},
+                ]
+            }
+        },
+        "done": {"type": "final"},
+        "deadLettered": {"type": "final", "tags": ["dead-letter"]},
+    },
+}
+
+FAILURES = 3
+
+
+def _retry_logic(logic_cls: Any) -> Any:
+    """The retry chart's logic as plain functions: fail ``FAILURES`` times, then succeed."""
+
+    def work(interp: Any, ctx: dict[str, Any], event: Any) -> str:
+        ctx["calls"] = ctx.get("calls", 0) + 1
+        if ctx["calls"] <= FAILURES:
+            raise ConnectionError("boom")
+        return "ok"
+
+    def bump(interp: Any, ctx: dict[str, Any], event: Any, action: Any) -> None:
+        ctx["attempt"] += 1
+
+    def reset(interp: Any, ctx: dict[str, Any], event: Any, action: Any) -> None:
+        ctx["attempt"] = 0
+
+    return logic_cls(
+        actions={"retryBump": bump, "retryReset": reset},
+        guards={"retryCanRetry": lambda ctx, event: ctx["attempt"] < 5},
+        services={"work": work},
+        delays={"retryDelay": lambda ctx, event: 100 * 2 ** (ctx["attempt"] - 1)},
+    )
+
+
+def _engine(module: Any) -> dict[str, Callable[[], object]]:
+    """The four timed callables for one engine module (xsm_celery or xstate_statemachine)."""
+    toggle = module.SyncInterpreter(module.create_machine(TOGGLE)).start()
+    retry_machine = module.create_machine(RETRY, logic=_retry_logic(module.MachineLogic))
+
+    def retry_loop() -> None:
+        clock = module.SimulatedClock()
+        interp = module.SyncInterpreter(retry_machine, clock=clock).start()
+        for _ in range(FAILURES):
+            clock.increment(10_000)
+        assert interp.status == "done", interp.status
+
+    clock = module.SimulatedClock()
+    resting = module.SyncInterpreter(retry_machine, clock=clock).start()
+    assert resting.current_state_ids == {"job.retrying"}
+    saved = resting.get_snapshot()
+
+    return {
+        "toggle send()": lambda: toggle.send("T"),
+        "retry loop": retry_loop,
+        "get_snapshot()": resting.get_snapshot,
+        "from_snapshot()": lambda: module.SyncInterpreter.from_snapshot(
+            saved, retry_machine, clock=clock
+        ),
+    }
+
+
+def _transitions_toggle() -> Callable[[], object] | None:
+    try:
+        from transitions import Machine
+    except ImportError:
+        print("transitions is not installed; skipped")
+        return None
+
+    class Model:
+        pass
+
+    model = Model()
+    Machine(
+        model=model,
+        states=["a", "b"],
+        transitions=[
+            {"trigger": "T", "source": "a", "dest": "b"},
+            {"trigger": "T", "source": "b", "dest": "a"},
+        ],
+        initial="a",
+    )
+    return model.T  # type: ignore[attr-defined, no-any-return]
+
+
+NUMBERS = {"toggle send()": 20_000, "retry loop": 500, "get_snapshot()": 5_000,
+           "from_snapshot()": 5_000}  # fmt: skip
+
+
+def main() -> None:
+    """Print one table: microseconds per operation and the ratio to xsm_celery."""
+    logging.disable(logging.CRITICAL)
+    import xsm_celery
+
+    engines = {"xsm_celery": _engine(xsm_celery)}
+    try:
+        import xstate_statemachine
+
+        engines["xstate-statemachine 0.11.0"] = _engine(xstate_statemachine)
+    except ImportError:
+        print("xstate-statemachine is not installed; skipped")
+    toggle = _transitions_toggle()
+    if toggle is not None:
+        engines["transitions"] = {"toggle send()": toggle}
+    rows = []
+    for workload, number in NUMBERS.items():
+        ours = per_call_us(engines["xsm_celery"][workload], number=number)
+        for name, fns in engines.items():
+            if workload not in fns:
+                continue
+            us = ours if name == "xsm_celery" else per_call_us(fns[workload], number=number)
+            rows.append([workload, name, f"{us:.2f}", f"{us / ours:.2f}x"])
+    print(table(["workload", "engine", "us/op", "vs xsm_celery"], rows))
+
+
+if __name__ == "__main__":
+    main()
