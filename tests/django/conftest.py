@@ -59,6 +59,13 @@ def _postgres_db(request: pytest.FixtureRequest) -> Iterator[str]:
         connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False)
     yield "postgres"
     with _blocker(request):
+        # Threads of concurrency tests leave their own connections open; end them, or
+        # PostgreSQL refuses to drop a database other sessions are using.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
         connection.creation.destroy_test_db(old_name, verbosity=0)
 
 

@@ -45,7 +45,7 @@ def test_load_of_an_unknown_key_is_none(store: DjangoSnapshotStore) -> None:
 def test_expected_version_zero_means_create_only(store: DjangoSnapshotStore) -> None:
     """expected_version=0 creates a new key and conflicts when it exists."""
     assert store.save("k", "{}", expected_version=0) == 1
-    with pytest.raises(ConflictError, match="already exists"):
+    with pytest.raises(ConflictError, match="expected 0"):
         store.save("k", "{}", expected_version=0)
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import builtins
 import hashlib
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ from xsm_celery.django._base import DjangoStoreBase
 from xsm_celery.django._dates import to_datetime
 from xsm_celery.django._errors import store_errors
 from xsm_celery.errors import ConflictError, LockTimeoutError
+from xsm_celery.persistence.memory import DEFAULT_MAX_SNAPSHOT_BYTES, check_key, check_snapshot
 from xsm_celery.persistence.protocols import StoredSnapshot
 
 if TYPE_CHECKING:
@@ -33,13 +35,28 @@ __all__ = ["DjangoSnapshotStore"]
 class DjangoSnapshotStore(DjangoStoreBase):
     """The ``StateStore`` protocol over ``MachineSnapshot`` rows.
 
+    Keys and sizes follow the rules every snapshot store shares (``check_key``,
+    ``check_snapshot``), so a key that works in memory works here.
+
     Args:
         using: Database alias; ``XSM_CELERY["DATABASE"]`` when None.
+        max_bytes: Largest snapshot accepted, in UTF-8 bytes.
         wall: Epoch-seconds clock for ``updated_at``.
     """
 
+    def __init__(
+        self,
+        using: str | None = None,
+        *,
+        max_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__(using, wall=wall)
+        self.max_bytes = max_bytes
+
     def load(self, key: str) -> StoredSnapshot | None:
         """The current record of ``key``, or None."""
+        check_key(key)
         with store_errors("load", self.using):
             row = _model().objects.using(self.using).filter(key=key).first()
         if row is None:
@@ -66,8 +83,8 @@ class DjangoSnapshotStore(DjangoStoreBase):
             ConflictError: ``expected_version`` is given and is not the stored version
                 (``0`` means the key must not exist yet); nothing is written.
         """
-        if not isinstance(snapshot, str):
-            raise TypeError(f"snapshot must be a JSON string, got {type(snapshot).__name__}")
+        check_key(key)
+        check_snapshot(key, snapshot, self.max_bytes)
         now = self._wall()
         values = {
             "snapshot": snapshot,
@@ -84,6 +101,7 @@ class DjangoSnapshotStore(DjangoStoreBase):
 
     def delete(self, key: str) -> bool:
         """Remove ``key``; return whether it existed."""
+        check_key(key)
         with store_errors("delete", self.using):
             deleted, _ = _model().objects.using(self.using).filter(key=key).delete()
         return deleted > 0
@@ -105,6 +123,7 @@ class DjangoSnapshotStore(DjangoStoreBase):
         Raises:
             LockTimeoutError: the lock was not acquired within ``timeout`` seconds.
         """
+        check_key(key)
         with transaction.atomic(using=self.using):
             self._acquire(key, timeout)
             yield
@@ -145,23 +164,22 @@ class DjangoSnapshotStore(DjangoStoreBase):
         except IntegrityError as exc:
             if not conflict:
                 raise
-            raise ConflictError(
-                f"snapshot {key!r} already exists but expected_version=0 said it must not; "
-                "reload it and retry"
-            ) from exc
+            raise _conflict(key, _model().objects.using(self.using), 0) from exc
         return 1
 
     def _compare_and_set(self, key: str, expected: int, values: dict[str, object]) -> int:
         rows = _model().objects.using(self.using).filter(key=key, version=expected)
         if rows.update(version=expected + 1, **values) == 1:
             return expected + 1
-        current = _model().objects.using(self.using).filter(key=key).values_list(
-            "version", flat=True
-        ).first()
-        raise ConflictError(
-            f"snapshot {key!r} is at version {current}, not the expected {expected}; "
-            "another writer saved first: reload and retry"
-        )
+        raise _conflict(key, _model().objects.using(self.using), expected)
+
+
+def _conflict(key: str, rows: Any, expected: int) -> ConflictError:
+    current = rows.filter(key=key).values_list("version", flat=True).first() or 0
+    return ConflictError(
+        f"snapshot {key!r} is at version {current}, expected {expected}; another writer "
+        "saved first: reload and retry"
+    )
 
 
 def _model() -> type[MachineSnapshot]:

@@ -44,6 +44,9 @@ class XsmDjangoSettings:
     redact_keys: tuple[str, ...] = ()
     #: Dotted path of a zero-argument factory returning the relay's SyncBrokerAdapter.
     broker: str | None = None
+    #: Dotted path of the InboundDispatcher (or a factory of one) that envelope dead
+    #: letters are replayed through; without it the admin replays task dead letters only.
+    dispatcher: str | None = None
     relay_batch: int = DEFAULT_RELAY_BATCH
     relay_lease_s: float = DEFAULT_RELAY_LEASE_S
     #: Rows one ``xsm_timers`` run fires at most.

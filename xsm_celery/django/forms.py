@@ -1,0 +1,36 @@
+"""Forms of the operator pages: every action needs a reason; a replay may be forced."""
+
+from __future__ import annotations
+
+from django import forms
+from django.utils.translation import gettext_lazy as _
+
+__all__ = ["ReasonForm", "ReplayForm"]
+
+#: Shortest reason accepted; "ok" or "x" says nothing to the next person reading the trail.
+MIN_REASON = 3
+
+
+class ReasonForm(forms.Form):
+    """A mandatory reason, kept in the audit row (resolve, purge)."""
+
+    reason = forms.CharField(
+        label=_("Reason"),
+        min_length=MIN_REASON,
+        max_length=2000,
+        strip=True,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 70}),
+        help_text=_("Why this is safe now. It is kept in the audit trail with your name."),
+    )
+
+
+class ReplayForm(ReasonForm):
+    """A replay's confirmation: the reason, and ``force`` to pass a changed chart."""
+
+    force = forms.BooleanField(
+        label=_("Force"),
+        required=False,
+        help_text=_(
+            "Replay even though the chart changed since the dead letter was captured."
+        ),
+    )

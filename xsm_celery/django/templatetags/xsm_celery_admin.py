@@ -1,0 +1,32 @@
+"""Template filters of the admin pages: formatted JSON and epoch-second ages."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from django import template
+from django.utils.timesince import timesince
+
+from xsm_celery.django._dates import to_datetime
+
+register = template.Library()
+
+__all__ = ["epoch_age", "pretty_json", "register"]
+
+
+@register.filter
+def pretty_json(value: Any) -> str:
+    """``value`` as indented JSON with sorted keys (autoescaped by the template)."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+@register.filter
+def epoch_age(value: float | None) -> str:
+    """How long ago an epoch-seconds time was, as Django's ``timesince`` words."""
+    if value is None:
+        return ""
+    if value > time.time():
+        return "in the future"
+    return timesince(to_datetime(value))
