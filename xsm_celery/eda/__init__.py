@@ -15,6 +15,12 @@ from xsm_celery.eda.dead_letter import (
     dlq_topic,
     redact_record,
 )
+from xsm_celery.eda.dispatcher import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MAX_IN_FLIGHT,
+    DispatchResult,
+    InboundDispatcher,
+)
 from xsm_celery.eda.envelope import (
     ATTEMPT_EXTENSION,
     MAX_DATA_DEPTH,
@@ -24,6 +30,15 @@ from xsm_celery.eda.envelope import (
     new_id,
 )
 from xsm_celery.eda.fake import FakeBrokerAdapter, SyncFakeBrokerAdapter
+from xsm_celery.eda.outbox import (
+    PUBLISH_TAG,
+    OutboxPlugin,
+    PublishSpec,
+    attach_cause,
+    cause_of,
+    consumed_events,
+    publish_specs,
+)
 from xsm_celery.eda.outbox_store import MemoryOutboxStore, SQLiteOutboxStore
 from xsm_celery.eda.relay import OutboxRelay
 from xsm_celery.errors import BrokerPublishError, EnvelopeCorruptError, EnvelopeTooLargeError
@@ -49,7 +64,19 @@ __all__ = [
     "FakeBrokerAdapter",
     "SyncBrokerAdapter",
     "SyncFakeBrokerAdapter",
+    # Dispatcher
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_MAX_IN_FLIGHT",
+    "DispatchResult",
+    "InboundDispatcher",
+    "attach_cause",
+    "cause_of",
     # Outbox
+    "PUBLISH_TAG",
+    "OutboxPlugin",
+    "PublishSpec",
+    "consumed_events",
+    "publish_specs",
     "DEFAULT_CLAIM_LEASE_S",
     "MemoryOutboxStore",
     "OutboxRecord",

@@ -7,8 +7,15 @@ SQLAlchemy, Django and Redis integrations implement.
 from __future__ import annotations
 
 from xsm_celery.errors import ConflictError, StoreError
+from xsm_celery.persistence.idempotency import (
+    Admission,
+    AdmissionKind,
+    IdempotencyPlugin,
+)
 from xsm_celery.persistence.inbox import MemoryInbox, SQLiteInbox, fingerprint
+from xsm_celery.persistence.locks import OptimisticLock, PessimisticLock
 from xsm_celery.persistence.memory import MemoryStore
+from xsm_celery.persistence.persisted import is_persisted, persisted
 from xsm_celery.persistence.protocols import (
     DEFAULT_CLAIM_LEASE_S,
     DueTimer,
@@ -30,6 +37,15 @@ __all__ = [
     "SQLiteInbox",
     "SQLiteStore",
     "fingerprint",
+    # Instances
+    "OptimisticLock",
+    "PessimisticLock",
+    "is_persisted",
+    "persisted",
+    # Deduplication
+    "Admission",
+    "AdmissionKind",
+    "IdempotencyPlugin",
     # Protocols and records
     "DEFAULT_CLAIM_LEASE_S",
     "DueTimer",

@@ -1,0 +1,274 @@
+"""One delivery's way through the dispatcher, as a sequence of small decisions.
+
+``Handling.run()`` returns the envelope id and an ``Outcome``; it never raises for anything
+an envelope, a user hook or a store does. The order of the checks is the contract:
+decode and validate (corrupt), route (unknown), deduplicate, the attempt budget, then the
+step. Only failures of the step and of user hooks count as attempts; an outage of a store
+or an inbox is the infrastructure's fault, so it is requeued without being counted.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from xsm_celery.eda.dead_letter import redact_record
+from xsm_celery.eda.envelope import Envelope, EnvelopeCorruptError, EnvelopeTooLargeError
+from xsm_celery.eda.outbox import attach_cause
+from xsm_celery.engine import Event, Machine, Receipt
+from xsm_celery.errors import StoreError, XsmError
+from xsm_celery.patterns.dead_letter import DeadLetter, DeadLetterReason
+from xsm_celery.patterns.error_chain import error_entry
+from xsm_celery.persistence.idempotency import AdmissionKind
+from xsm_celery.persistence.inbox import fingerprint
+from xsm_celery.persistence.persisted import persisted
+
+if TYPE_CHECKING:
+    from xsm_celery.eda.dispatcher import InboundDispatcher
+
+__all__ = ["Handling", "Outcome", "StepFailedError"]
+
+logger = logging.getLogger("xsm_celery.eda")
+
+_RAW_KEEP = 4096
+
+
+class Outcome(enum.Enum):
+    """What happened to one delivery, and how it is settled."""
+
+    PROCESSED = "processed"
+    DUPLICATE = "duplicate"
+    DEAD_LETTERED = "dead_lettered"
+    IGNORED = "ignored"
+    #: The step or a user hook failed: requeued, and counted against ``max_attempts``.
+    RETRY = "retry"
+    #: A store was down, or the envelope waits behind its subject: requeued, not counted.
+    REQUEUE = "requeue"
+
+    @property
+    def label(self) -> str:
+        """The name ``DispatchResult.outcomes`` uses (both requeues are ``retried``)."""
+        return "retried" if self.requeue else str(self.value)
+
+    @property
+    def requeue(self) -> bool:
+        """Whether the delivery goes back to the broker (nack with requeue) or is acked."""
+        return self in (Outcome.RETRY, Outcome.REQUEUE)
+
+
+class StepFailedError(XsmError):
+    """The machine's step recorded an error; nothing was saved."""
+
+
+class _InstanceDoneError(XsmError):
+    """The instance is in a final state and takes no more events."""
+
+
+def _reason(name: str, fallback: DeadLetterReason) -> str:
+    """Use a reason the record accepts; older record versions lack the newer ones."""
+    known = {r.value for r in DeadLetterReason}
+    return name if name in known else fallback.value
+
+
+def _decode(raw: Any) -> Envelope:
+    if isinstance(raw, Envelope):
+        return raw.validate()
+    if isinstance(raw, str | bytes | bytearray):
+        return Envelope.from_json(raw)
+    return Envelope.from_dict(raw)
+
+
+def _raw_view(raw: Any) -> dict[str, Any]:
+    """What a corrupt record keeps of an undecodable envelope: a bounded, flat excerpt."""
+    if isinstance(raw, Envelope):
+        return raw.to_dict()
+    if isinstance(raw, bytes | bytearray):
+        raw = bytes(raw[:_RAW_KEEP]).decode("utf-8", "replace")
+    return {"raw": str(raw)[:_RAW_KEEP] if not isinstance(raw, str) else raw[:_RAW_KEEP]}
+
+
+class Handling:
+    """The processing of one delivery by one dispatcher."""
+
+    def __init__(self, dispatcher: InboundDispatcher, raw: Any, topic: str | None) -> None:
+        self.d = dispatcher
+        self.raw = raw
+        self.topic = topic
+        self.env: Envelope | None = None
+        self.event: Event | None = None
+        self.machine: Machine | None = None
+        self.key = ""
+        self.claim: tuple[str, str] | None = None
+
+    @property
+    def env_id(self) -> str:
+        """The envelope id, or ``""`` for an undecodable one."""
+        return self.env.id if self.env is not None else ""
+
+    def run(self) -> tuple[str, Outcome]:
+        """Decide and carry out this delivery; return its id and outcome."""
+        try:
+            outcome = self._route()
+        except StoreError as exc:
+            self._release()
+            logger.warning("envelope %s requeued: store unavailable: %s", self.env_id, exc)
+            outcome = Outcome.REQUEUE
+        except Exception as exc:
+            self._release()
+            outcome = self._failed(exc)
+        return self.env_id, outcome
+
+    def _route(self) -> Outcome:
+        try:
+            env = self.env = _decode(self.raw)
+            if not env.subject:
+                raise EnvelopeCorruptError(
+                    "envelope has no subject; the subject names the machine instance"
+                )
+        except (EnvelopeCorruptError, EnvelopeTooLargeError) as exc:
+            return self._dead_letter(DeadLetterReason.CORRUPT.value, exc, corrupt=True)
+        self.machine = self.d.machine_for(env.type)
+        if self.machine is None:
+            return self._unknown()
+        try:
+            self.event = env.to_event(self.d.event_type(env))
+        except (EnvelopeCorruptError, EnvelopeTooLargeError) as exc:
+            return self._dead_letter(DeadLetterReason.CORRUPT.value, exc, corrupt=True)
+        self.key = self.d.key_for(env, self.machine)
+        early = self._admit()
+        if early is not None:
+            return early
+        if env.attempt >= self.d.max_attempts:
+            self._release()
+            note = StepFailedError(f"delivered {env.attempt} times already; never completed")
+            return self._dead_letter(DeadLetterReason.MAX_ATTEMPTS.value, note)
+        return self._step()
+
+    def _unknown(self) -> Outcome:
+        if self.d.on_unknown == "ignore":
+            return Outcome.IGNORED
+        assert self.env is not None
+        note = LookupError(f"no machine handles envelope type {self.env.type!r}")
+        return self._dead_letter(DeadLetterReason.UNKNOWN_EVENT.value, note)
+
+    def _admit(self) -> Outcome | None:
+        idem, env, event = self.d.idempotency, self.env, self.event
+        if idem is None or env is None or event is None:
+            return None
+        scope = idem.scope_for(env.source, self.key)
+        dedup = self.d.dedup_key(env)
+        admission = idem.admit(scope, dedup, fingerprint(event.type, event.payload))
+        if admission.kind is AdmissionKind.NEW:
+            self.claim = (scope, dedup)
+            return None
+        if admission.kind is AdmissionKind.DUPLICATE:
+            self.d.forget(env.id)
+            return Outcome.DUPLICATE
+        if admission.kind is AdmissionKind.IN_FLIGHT:
+            logger.info("envelope %s is in flight elsewhere; requeued", env.id)
+            return Outcome.REQUEUE
+        note = ValueError(f"envelope id {dedup!r} was first seen with another event or payload")
+        reason = _reason("idempotency_mismatch", DeadLetterReason.CORRUPT)
+        return self._dead_letter(reason, note)
+
+    def _step(self) -> Outcome:
+        assert self.env is not None
+        assert self.event is not None
+        assert self.machine is not None
+        env, event = self.env, self.event
+        receipt: list[Receipt] = []
+        with persisted(
+            self.d.store,
+            self.key,
+            self.machine,
+            lock=self.d.lock,
+            clock=self.d.clock,
+            plugins=self.d.plugins,
+            before_commit=[lambda interp: self._mark(receipt)],
+        ) as interp:
+            if interp.status == "done":
+                raise _InstanceDoneError(f"instance {self.key!r} already reached a final state")
+            attach_cause(interp, env)
+            outcome = interp.send(event, wait=True)
+            if outcome.error is not None:
+                raise StepFailedError(str(outcome.error)) from outcome.error
+            receipt.append(outcome)
+        self.d.forget(env.id)
+        return Outcome.PROCESSED
+
+    def _mark(self, receipt: list[Receipt]) -> None:
+        if self.claim is not None and self.d.idempotency is not None and receipt:
+            self.d.idempotency.complete(*self.claim, receipt[0])
+            self.claim = None
+
+    def _release(self) -> None:
+        if self.claim is not None and self.d.idempotency is not None:
+            claim, self.claim = self.claim, None
+            try:
+                self.d.idempotency.abandon(*claim)
+            except Exception:
+                logger.exception("could not release inbox claim %s", claim)
+
+    def _failed(self, exc: Exception) -> Outcome:
+        if self.env is None:
+            logger.exception("dispatcher failed before the envelope was decoded")
+            return Outcome.REQUEUE
+        if isinstance(exc, _InstanceDoneError):
+            return self._dead_letter(_reason("instance_done", DeadLetterReason.MAX_ATTEMPTS), exc)
+        attempts = self.d.count_failure(self.env)
+        if attempts >= self.d.max_attempts:
+            return self._dead_letter(DeadLetterReason.MAX_ATTEMPTS.value, exc, attempts=attempts)
+        logger.warning(
+            "envelope %s failed (attempt %d of %d), requeued: %s",
+            self.env.id, attempts, self.d.max_attempts, exc,
+        )  # fmt: skip
+        return Outcome.RETRY
+
+    def _record(self, reason: str, exc: BaseException, attempts: int | None) -> DeadLetter:
+        env, machine = self.env, self.machine
+        envelope = env.to_dict() if env is not None else _raw_view(self.raw)
+        machine_id = machine.id if machine is not None else _machine_id_of(env)
+        event = self.event.to_dict() if self.event is not None else {"type": "", "payload": {}}
+        version = machine.version if machine is not None else None
+        record = DeadLetter(
+            machine_id=machine_id,
+            state_id="",
+            event=event,
+            attempts=attempts,
+            errors=[error_entry("dispatcher", type(exc).__name__, exc)],
+            snapshot={},
+            taken_at=time.time(),
+            reason=reason,
+            envelope=envelope,
+            topic=self.topic,
+            machine_hash=machine.structure_hash if machine is not None else None,
+            machine_version=None if version is None else str(version),
+        )
+        return redact_record(record)
+
+    def _dead_letter(
+        self, reason: str, exc: BaseException, *, attempts: int | None = None, corrupt: bool = False
+    ) -> Outcome:
+        try:
+            record = self._record(reason, exc, attempts)
+            sink = self.d.dead_letters
+            put = getattr(sink, "put", None)
+            (put or sink)(record)
+        except Exception:
+            logger.exception("could not dead-letter envelope %s; requeued", self.env_id)
+            return Outcome.REQUEUE
+        if self.env is not None:
+            self.d.forget(self.env.id)
+        level = logging.WARNING if corrupt else logging.ERROR
+        logger.log(level, "envelope %s dead-lettered (%s): %s", self.env_id, reason, exc)
+        return Outcome.DEAD_LETTERED
+
+
+def _machine_id_of(env: Envelope | None) -> str:
+    """Best guess of the addressed machine for a record with no machine: ``xsm.<id>.*``."""
+    if env is None:
+        return "unknown"
+    parts = env.type.split(".")
+    return parts[1] if len(parts) >= 3 and parts[0] == "xsm" and parts[1] else env.type
