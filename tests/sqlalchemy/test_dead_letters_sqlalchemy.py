@@ -10,6 +10,7 @@ import stat
 import threading
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -364,3 +365,23 @@ def test_a_bad_url_is_a_configuration_error() -> None:
     """A URL SQLAlchemy cannot parse is a ConfigurationError."""
     with pytest.raises(ConfigurationError, match="cannot parse"):
         normalize_url("::not a url::")
+
+
+def _open_after(barrier: Any, url: str) -> None:
+    barrier.wait(30)
+    SQLAlchemyDeadLetterStore(url).close()
+
+
+def test_worker_processes_creating_a_sqlite_store_at_once_all_succeed(tmp_path: Path) -> None:
+    """Prefork children opening a new SQLite store together never fail on 'already exists'."""
+    context = multiprocessing.get_context("fork")
+    url = _url(tmp_path / "dlq.db")
+    for _ in range(3):
+        (tmp_path / "dlq.db").unlink(missing_ok=True)
+        barrier = context.Barrier(6)
+        processes = [context.Process(target=_open_after, args=(barrier, url)) for _ in range(6)]
+        for process in processes:
+            process.start()
+        for process in processes:
+            process.join(60)
+        assert [p.exitcode for p in processes] == [0] * 6

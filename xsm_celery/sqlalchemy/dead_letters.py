@@ -28,6 +28,9 @@ from xsm_celery.sqlalchemy.connect import make_engine, safe_url
 
 __all__ = ["SQLAlchemyDeadLetterStore", "current_actor"]
 
+#: Attempts at creating the tables while other processes create them too.
+_CREATE_ROUNDS = 5
+
 _T = dead_letter_table
 _A = audit_table
 
@@ -233,12 +236,23 @@ def _translate_errors(engine: Engine, operation: str) -> Iterator[None]:
 
 
 def _create_tables(engine: Engine) -> None:
-    """Create missing tables; a concurrent creator (another worker) winning the race is fine."""
-    try:
-        metadata.create_all(engine, checkfirst=True)
-    except (sa.exc.IntegrityError, sa.exc.ProgrammingError):
-        if not _tables_present(engine):
-            raise
+    """Create missing tables; a concurrent creator (another worker) winning the race is fine.
+
+    Two processes can both see a table missing and both create it; the loser gets "already
+    exists" (SQLite: OperationalError, PostgreSQL: a duplicate-type IntegrityError or
+    ProgrammingError), which is not a failure: the next round finds that table and creates
+    any other one still missing.
+    """
+    for round_ in range(_CREATE_ROUNDS):
+        try:
+            metadata.create_all(engine, checkfirst=True)
+            return
+        except sa.exc.DBAPIError:
+            if _tables_present(engine):
+                return
+            if round_ == _CREATE_ROUNDS - 1:
+                raise
+            time.sleep(0.05 * (round_ + 1))
 
 
 def _require_tables(engine: Engine) -> None:
