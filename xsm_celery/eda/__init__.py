@@ -42,6 +42,7 @@ from xsm_celery.eda.outbox import (
 from xsm_celery.eda.outbox_store import MemoryOutboxStore, SQLiteOutboxStore
 from xsm_celery.eda.relay import OutboxRelay
 from xsm_celery.errors import BrokerPublishError, EnvelopeCorruptError, EnvelopeTooLargeError
+from xsm_celery.patterns import DeadLetterPlugin
 from xsm_celery.patterns.dead_letter import (
     DeadLetter,
     DeadLetterStore,
@@ -87,6 +88,7 @@ __all__ = [
     "DEAD_LETTER_EVENT_TYPE",
     "BrokerDeadLetterSink",
     "DeadLetter",
+    "DeadLetterPlugin",
     "DeadLetterStore",
     "MemoryDeadLetterStore",
     "SQLiteDeadLetterStore",

@@ -167,6 +167,7 @@ class InboundDispatcher:
         self.batch = batch
         self.offload = offload
         self._failures: OrderedDict[str, int] = OrderedDict()
+        self._excused: OrderedDict[str, int] = OrderedDict()
         self._check_machines()
 
     def _check_machines(self) -> None:
@@ -190,23 +191,39 @@ class InboundDispatcher:
         """Return how many failed attempts this process saw for ``envelope_id``."""
         return self._failures.get(envelope_id, 0)
 
+    def attempts_of(self, envelope: Envelope) -> int:
+        """Return the failed attempts of ``envelope``: the larger of its count and ours.
+
+        The broker's count (``xsmattempt``) also grows when a delivery was requeued through
+        no fault of its own (a store outage, waiting behind its subject); those requeues
+        seen by this process are taken off, so an outage never turns into poison.
+        """
+        broker_count = envelope.attempt - self._excused.get(envelope.id, 0)
+        return max(broker_count, self._failures.get(envelope.id, 0))
+
     def count_failure(self, envelope: Envelope) -> int:
         """Count one more failed attempt; return the attempts made so far."""
-        seen = max(envelope.attempt, self._failures.pop(envelope.id, 0)) + 1
-        self._failures[envelope.id] = seen
-        while len(self._failures) > _ATTEMPT_MEMORY:
-            self._failures.popitem(last=False)
+        seen = self.attempts_of(envelope) + 1
+        _remember(self._failures, envelope.id, seen)
         return seen
 
+    def excuse(self, envelope_id: str) -> None:
+        """Note a requeue that is not the envelope's fault, so it is not counted."""
+        if envelope_id:
+            _remember(self._excused, envelope_id, self._excused.get(envelope_id, 0) + 1)
+
     def forget(self, envelope_id: str) -> None:
-        """Drop the failure count of a settled envelope."""
+        """Drop the counts of a settled envelope."""
         self._failures.pop(envelope_id, None)
+        self._excused.pop(envelope_id, None)
 
     def _outcome(self, raw: Any, topic: str | None) -> tuple[str, Outcome]:
         with collect_publishes() as pending:
             result = Handling(self, raw, topic).run()
         for item in pending:
             _run_coroutine(item)
+        if result[1] is Outcome.REQUEUE:
+            self.excuse(result[0])
         return result
 
     async def _outcome_async(self, raw: Any, topic: str | None) -> tuple[str, Outcome]:
@@ -217,6 +234,8 @@ class InboundDispatcher:
                 result = Handling(self, raw, topic).run()
         for item in pending:
             await item
+        if result[1] is Outcome.REQUEUE:
+            self.excuse(result[0])
         return result
 
     def handle(self, envelope: Any, topic: str | None = None) -> DispatchResult:
@@ -233,10 +252,16 @@ class InboundDispatcher:
             result.record(env_id, outcome)
             if outcome.requeue:
                 _requeue_sync(broker, group[index:])
-                for later in group[index + 1 :]:
-                    result.record(_envelope_id(later), Outcome.REQUEUE)
+                self._behind(group[index + 1 :], result)
                 return
             broker.ack(delivery)
+
+    def _behind(self, later: list[Delivery], result: DispatchResult) -> None:
+        """Record the deliveries requeued behind a failed one of their subject."""
+        for delivery in later:
+            env_id = _envelope_id(delivery)
+            result.record(env_id, Outcome.REQUEUE)
+            self.excuse(env_id)
 
     def _take_sync(self, broker: Any, topic: str) -> list[Delivery]:
         taken: list[Delivery] = []
@@ -279,8 +304,7 @@ class InboundDispatcher:
                 if outcome.requeue:
                     for later in reversed(group[index:]):
                         await maybe_await(broker.nack(later, requeue=True))
-                    for later in group[index + 1 :]:
-                        result.record(_envelope_id(later), Outcome.REQUEUE)
+                    self._behind(group[index + 1 :], result)
                     return
                 await maybe_await(broker.ack(delivery))
 
@@ -316,6 +340,14 @@ class InboundDispatcher:
             if not result.total:
                 stop_event.wait(idle_s)
         return total
+
+
+def _remember(counts: OrderedDict[str, int], key: str, value: int) -> None:
+    """Set a count in a bounded LRU: the oldest entries are forgotten first."""
+    counts.pop(key, None)
+    counts[key] = value
+    while len(counts) > _ATTEMPT_MEMORY:
+        counts.popitem(last=False)
 
 
 def _envelope_id(delivery: Delivery) -> str:

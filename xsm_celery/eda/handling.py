@@ -140,7 +140,7 @@ class Handling:
         early = self._admit()
         if early is not None:
             return early
-        if env.attempt >= self.d.max_attempts:
+        if self.d.attempts_of(env) >= self.d.max_attempts:
             self._release()
             note = StepFailedError(f"delivered {env.attempt} times already; never completed")
             return self._dead_letter(DeadLetterReason.MAX_ATTEMPTS.value, note)
