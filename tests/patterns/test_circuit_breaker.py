@@ -365,3 +365,16 @@ def test_hundred_thousand_closed_calls_do_not_grow() -> None:
     finally:
         tracemalloc.stop()
     assert full - half < 64 * 1024
+
+
+def test_logging_inspector_shows_every_trip(caplog: pytest.LogCaptureFixture) -> None:
+    """plugins= attach to the internal interpreter: a LoggingInspector logs the trip."""
+    import logging
+
+    from xsm_celery.engine import LoggingInspector
+
+    caplog.set_level(logging.INFO, logger="xsm_celery.inspector")
+    breaker = CircuitBreaker(failure_threshold=1, plugins=[LoggingInspector()], name="pay", clock=SimulatedClock())
+    trip(breaker)
+    assert "open" in caplog.text
+    assert "pay" in caplog.text

@@ -270,3 +270,21 @@ def test_never_stopped_interpreters_leak_nothing() -> None:
     gc.collect()
     assert all(ref() is None for ref in refs)
     assert len(plugin._entered) == 0
+
+
+def test_globally_registered_plugin_reaches_interpreters_it_was_not_given_to() -> None:
+    """plugins.register_global attaches the plugin to interpreters created afterwards."""
+    from xsm_celery.plugins import register_global, unregister_global
+
+    store = DeadLetterStore()
+    plugin = DeadLetterPlugin(store)
+    register_global(plugin)
+    try:
+        machine = create_machine(retry_chart(), logic=retry_logic(max_attempts=1))
+        clock = SimulatedClock()
+        interp = SyncInterpreter(machine, clock=clock).start()
+        clock.increment(10_000)
+        assert interp.matches("job.deadLettered")
+    finally:
+        unregister_global(plugin)
+    assert [r.machine_id for r in store.all()] == ["job"]

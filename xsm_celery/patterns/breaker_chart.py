@@ -51,7 +51,7 @@ CIRCUIT_BREAKER_CONFIG: dict[str, Any] = {
                     {"guard": "shouldTrip", "target": "open", "actions": "recordFailure"},
                     {"actions": "recordFailure"},
                 ],
-                "RESET": {"target": "closed"},
+                "RESET": {"actions": "clearFailures"},
             },
         },
         "open": {
