@@ -587,3 +587,33 @@ def test_seed_quick_start() -> None:
     assert paid.data == {"total": 99}
     assert paid.causationid == cmd.id
     assert paid.subject == "o-42"
+
+
+class FailOnce:
+    """A plugin whose first save fails inside the transaction, after the other writes."""
+
+    def __init__(self) -> None:
+        self.failed = False
+
+    def on_persist(self, interp: Any, store: Any) -> None:
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("disk full after the write")
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_failed_save_leaves_no_receipt_and_the_retry_runs(kind: str, tmp_path: Any) -> None:
+    """A save that fails after the inbox wrote its receipt is retried and processed once."""
+    from xsm_celery.persistence import SQLiteInbox, SQLiteStore
+
+    store: Any = MemoryStore() if kind == "memory" else SQLiteStore(tmp_path / "s.db")
+    inbox: Any = MemoryInbox() if kind == "memory" else SQLiteInbox(store)
+    dispatcher, _, _ = _dispatcher(store=store, inbox=inbox, plugins=[FailOnce()])
+    broker = SyncFakeBrokerAdapter()
+    env = _inc()
+    broker.deliver("in", env)
+    assert dispatcher.run_once_sync(broker, "in").retried == 1
+    assert dispatcher.run_once_sync(broker, "in").processed == 1
+    broker.deliver("in", env)
+    assert dispatcher.run_once_sync(broker, "in").duplicates == 1
+    assert _count(store) == 1

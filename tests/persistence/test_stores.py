@@ -112,3 +112,24 @@ def test_memory_database(tmp_path: Path) -> None:
     store = SQLiteStore(":memory:")
     store.save("k", "{}")
     assert store.load("k").version == 1
+
+
+def test_memory_transaction_takes_saves_back_on_error() -> None:
+    """A MemoryStore save inside a failing transaction() is undone; nested ones too."""
+    store = MemoryStore()
+    store.save("k", '"v1"')
+
+    def fail() -> None:
+        with store.transaction():
+            store.save("k", '"v2"')
+            with store.transaction():
+                store.save("new", "{}")
+            raise RuntimeError("forced")
+
+    with pytest.raises(RuntimeError):
+        fail()
+    assert store.load("k").snapshot == '"v1"'
+    assert store.load("new") is None
+    with store.transaction():
+        store.save("k", '"v3"')
+    assert store.load("k").version == 2

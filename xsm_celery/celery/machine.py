@@ -18,10 +18,13 @@ from xsm_celery.errors import ConfigurationError, XsmError
 from xsm_celery.patterns import ERRORS_CONTEXT_KEY, RetryPolicy
 from xsm_celery.patterns.error_chain import error_entry
 
-__all__ = ["MAX_ERRORS", "WORK_SERVICE", "build_task_machine"]
+__all__ = ["MAX_ERRORS", "MIN_TIMER_MS", "WORK_SERVICE", "build_task_machine"]
 
 #: The service name a task chart invokes to run the task's function.
 WORK_SERVICE = "work"
+
+#: Shortest delay given to the engine's timer, in ms (see ``_recording``).
+MIN_TIMER_MS = 0.001
 
 #: Error-chain entries kept in the snapshot (the newest win), as DeadLetterPlugin keeps.
 MAX_ERRORS = 20
@@ -84,12 +87,17 @@ def _check_shape(task_name: str, machine: Any) -> None:
 
 
 def _recording(delay: Any) -> Callable[[Mapping[str, Any], Any], float]:
-    """Wrap a named delay so the current run sees the exact value the chart used."""
+    """Wrap a named delay so the current run sees the exact value the chart used.
+
+    The engine gets at least ``MIN_TIMER_MS``: a zero delay would be due at the very instant
+    the run fires the previous timer, and the run would go on to the next attempt itself
+    instead of handing it to Celery. The countdown still uses the exact value.
+    """
 
     def recorded(ctx: Mapping[str, Any], event: Any) -> float:
         ms = float(delay(ctx, event) if callable(delay) else delay)
         current_run().delay_ms = ms
-        return ms
+        return max(ms, MIN_TIMER_MS)
 
     return recorded
 

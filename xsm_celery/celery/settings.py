@@ -10,6 +10,7 @@ a setting (``xsm_dead_leter_store``) would otherwise silently fall back to the d
 from __future__ import annotations
 
 import difflib
+import importlib
 import math
 import threading
 import weakref
@@ -44,6 +45,8 @@ DEFAULT_MARKER_TTL_S = 86_400.0
 DEFAULT_TIMER_BATCH = 500
 
 _PREFIX = "xsm_"
+#: Modules that call ``register_keys`` for the settings they read.
+_REGISTRARS = ("xsm_celery.celery.relay", "xsm_celery.celery.consumer")
 _registered: set[str] = set()
 _cache: weakref.WeakKeyDictionary[Any, XsmSettings] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
@@ -135,11 +138,28 @@ def _refuse_unknown(items: Iterable[str]) -> None:
     for key in items:
         if key in known:
             continue
+        known = _FIELDS | _load_registrations()
+        if key in known:
+            continue
         close = difflib.get_close_matches(key.lower(), sorted(known), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise ConfigurationError(
             f"unknown Celery setting {key!r}{hint} Known xsm_ settings: {', '.join(sorted(known))}"
         )
+
+
+def _load_registrations() -> set[str]:
+    """Import the sibling modules that register their own keys, in case nobody has yet.
+
+    The outbox relay and the consumer read settings of their own; a project that sets them
+    in ``app.conf`` before importing those modules must not be told the keys are unknown.
+    """
+    for module in _REGISTRARS:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            continue
+    return set(_registered)
 
 
 def _positive(key: str, values: Mapping[str, Any]) -> float:

@@ -179,6 +179,8 @@ class Handling:
         assert self.machine is not None
         env, event = self.env, self.event
         receipt: list[Receipt] = []
+        idem = self.d.idempotency
+        in_transaction = idem is not None and idem.shares_transaction(self.d.store)
         with persisted(
             self.d.store,
             self.key,
@@ -186,7 +188,7 @@ class Handling:
             lock=self.d.lock,
             clock=self.d.clock,
             plugins=self.d.plugins,
-            before_commit=[lambda interp: self._mark(receipt)],
+            before_commit=[lambda interp: self._mark(receipt)] if in_transaction else (),
         ) as interp:
             if interp.status == "done":
                 raise _InstanceDoneError(f"instance {self.key!r} already reached a final state")
@@ -195,13 +197,16 @@ class Handling:
             if outcome.error is not None:
                 raise StepFailedError(str(outcome.error)) from outcome.error
             receipt.append(outcome)
+        if not in_transaction:
+            self._mark(receipt)
+        self.claim = None
         self.d.forget(env.id)
         return Outcome.PROCESSED
 
     def _mark(self, receipt: list[Receipt]) -> None:
+        """Record the receipt; the claim is kept until the save is known to have committed."""
         if self.claim is not None and self.d.idempotency is not None and receipt:
             self.d.idempotency.complete(*self.claim, receipt[0])
-            self.claim = None
 
     def _release(self) -> None:
         if self.claim is not None and self.d.idempotency is not None:

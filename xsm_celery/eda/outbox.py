@@ -258,11 +258,15 @@ class OutboxPlugin(PluginBase):
         if not is_persisted(i):
             self._flush(i)
 
+    def on_before_save(self, i: Any) -> None:
+        """Refuse the save when a publication of this step could not be built."""
+        with self._lock:
+            batch = self._batches.get(i)
+        if batch is not None and batch.error is not None:
+            raise batch.error
+
     def on_persist(self, i: Any, store: Any) -> None:
         """Write the envelopes in the save's transaction (outbox store sinks)."""
-        batch = self._batch(i)
-        if batch.error is not None:
-            raise batch.error
         if self._to_store:
             self._flush(i)
 

@@ -371,24 +371,30 @@ class Core(StateView, EffectsMixin):
             self._finish(self._finishing)
 
     def _finals_entered(self, finals: list[StateNode]) -> None:
-        """Raise ``done.state`` for completed parents and parallel states; spot the end."""
-        raised: set[StateNode] = set()
+        """Raise ``done.state`` for completed parents, then for completed parallel states.
+
+        Parents first, in entry order, then each parallel ancestor whose regions are all
+        final: the order SCXML gives when several regions finish in one step.
+        """
         root = self.machine.root
+        parents: list[StateNode] = []
         for node in finals:
             parent = node.parent
-            if parent is None or parent in raised:
+            if parent is None or parent in parents:
                 continue
             if parent is root:
                 self._finishing = node
                 return
-            raised.add(parent)
+            parents.append(parent)
             self._internal.append(EngineEvent(done_state_type(parent.id), node.output, parent.id))
+        raised: set[StateNode] = set()
+        for parent in parents:
             grand = parent.parent
             while grand is not None and grand.type == "parallel" and grand not in raised:
                 if not self._in_final(grand):
                     break
                 if grand is root:
-                    self._finishing = node
+                    self._finishing = finals[-1]
                     return
                 raised.add(grand)
                 self._internal.append(EngineEvent(done_state_type(grand.id), None, grand.id))

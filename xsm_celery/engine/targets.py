@@ -128,10 +128,17 @@ def entry_set(trans: Transition) -> tuple[StateNode, ...]:
                 break
             into.add(ancestor)
             if ancestor.type == "parallel":
-                for region in ancestor.children:
-                    if not any(region is s or region in s.ancestor_set for s in into):
-                        default_entry(region, into)
+                _enter_missing_regions(ancestor, into)
+    if domain.type == "parallel":
+        _enter_missing_regions(domain, into)
     return tuple(sorted(into, key=lambda s: s.order))
+
+
+def _enter_missing_regions(parallel: StateNode, into: set[StateNode]) -> None:
+    """Default-enter each region of ``parallel`` that nothing in ``into`` lies in."""
+    for region in parallel.children:
+        if not any(region is s or region in s.ancestor_set for s in into):
+            default_entry(region, into)
 
 
 def resolve_transitions(

@@ -24,18 +24,11 @@ from kombu.exceptions import KombuError
 
 from xsm_celery.eda import Delivery, Envelope
 from xsm_celery.eda.envelope import DEFAULT_MAX_ENVELOPE_BYTES
-from xsm_celery.errors import BrokerError, BrokerPublishError, EnvelopeError
+from xsm_celery.errors import BrokerError, BrokerPublishError
+from xsm_celery.kombu.inbound import Inbound, settle_message
 from xsm_celery.kombu.partitions import Partitioning
 from xsm_celery.kombu.subscription import Held, Subscription
-from xsm_celery.kombu.undecodable import UndecodableHandler
-from xsm_celery.kombu.wire import (
-    AMQP_DRIVERS,
-    broker_attempts,
-    declare_queue,
-    decode_body,
-    publish_options,
-    stamp_attempt,
-)
+from xsm_celery.kombu.wire import AMQP_DRIVERS, declare_queue, publish_options
 
 __all__ = ["KombuBrokerAdapter"]
 
@@ -69,7 +62,9 @@ class KombuBrokerAdapter:
             ``x-max-length``...); every process declaring the queues must agree.
         max_bytes: Envelope size cap, checked before parsing and before publishing.
         dead_letters: Where undecodable messages are recorded (reason ``corrupt``) before
-            they are acknowledged; without one they are rejected without requeue.
+            they are acknowledged, never yielded. Without one, such a message is yielded
+            with its raw body in ``Delivery.envelope``; ``InboundDispatcher`` dead-letters
+            it as ``corrupt`` in its own store and acknowledges it.
         batch_size: Envelopes per flush in ``publish_many``.
         retries: Reconnect attempts before an operation raises.
         drain_grace_s: Idle time after which ``subscribe(timeout=0)`` stops.
@@ -102,6 +97,9 @@ class KombuBrokerAdapter:
         options.update(transport_options or {})
         if self.driver_type in AMQP_DRIVERS:
             options.setdefault("confirm_publish", True)
+        else:
+            # The body is UTF-8 JSON already; base64 (kombu's default) only costs time.
+            options.setdefault("body_encoding", "utf-8")
         self._pub_conn: Connection = base.clone(transport_options=options)
         consume_options = dict(options)
         if self.driver_type == "redis":
@@ -116,15 +114,18 @@ class KombuBrokerAdapter:
         self.queue_arguments = dict(queue_arguments or {})
         self.max_bytes = int(max_bytes)
         self.drain_grace_s = float(drain_grace_s)
-        self._undecodable = UndecodableHandler(dead_letters)
         self._pub_lock = threading.RLock()
         self._sub_lock = threading.RLock()
+        self._sub_errors: tuple[type[BaseException], ...] = (
+            *self._sub_conn.connection_errors,
+            *self._sub_conn.channel_errors,
+        )
+        self._inbound = Inbound(
+            self.driver_type, self._settle, max_bytes=self.max_bytes, dead_letters=dead_letters
+        )
         self._producer: Producer | None = None
         self._declared: set[str] = set()
-        self._subs: dict[str, Subscription] = {}
-        self._generation = 0
         self._publish_kwargs = publish_options()
-        self._closed = False
 
     def __repr__(self) -> str:
         return f"<KombuBrokerAdapter {self.driver_type} partitions={self.partitioning.partitions}>"
@@ -231,20 +232,20 @@ class KombuBrokerAdapter:
     def close_subscription(self, topic: str) -> None:
         """Stop consuming ``topic``; messages held or in flight go back to the broker."""
         with self._sub_lock:
-            sub = self._subs.pop(topic, None)
-            if sub is not None:
-                self._release(sub)
+            try:
+                self._inbound.close(topic)
+            except self._sub_errors as exc:
+                logger.warning("could not return held messages of %r (%s)", topic, exc)
 
     def close(self) -> None:
         """Stop every subscription and close both connections."""
         with self._sub_lock:
-            for topic in list(self._subs):
+            for topic in list(self._inbound.subs):
                 self.close_subscription(topic)
             self._sub_conn.release()
         with self._pub_lock:
             self._pub_conn.release()
             self._producer = None
-        self._closed = True
 
     def _queue(self, name: str) -> Queue:
         return declare_queue(
@@ -308,38 +309,34 @@ class KombuBrokerAdapter:
 
     def _subscription(self, topic: str) -> Subscription:
         with self._sub_lock:
-            sub = self._subs.get(topic)
+            sub = self._inbound.subs.get(topic)
             if sub is None:
-                sub = Subscription(topic, self.partitioning.consume_queues(topic))
-                self._subs[topic] = sub
+                sub = self._inbound.open(topic, self.partitioning.consume_queues(topic))
                 self._start_consumer(sub)
             return sub
 
     def _start_consumer(self, sub: Subscription) -> None:
-        generation = self._generation
-        channel = self._sub_conn.default_channel
-        queues = [
-            self._queue(name)
-            for name in sub.queues
-        ]
         consumer = Consumer(
-            channel,
-            queues=queues,
-            on_message=lambda message: sub.receive(message, generation),
+            self._sub_conn.default_channel,
+            queues=[self._queue(name) for name in sub.queues],
+            on_message=self._inbound.receiver(sub),
             prefetch_count=self.prefetch,
         )
         consumer.consume()
         sub.consumer = consumer
 
+    def _next_delivery(self, sub: Subscription) -> Delivery | None:
+        with self._sub_lock:
+            return self._inbound.next_delivery(sub)
+
     def _pump(self, timeout: float) -> None:
         """Let the consume connection deliver what arrives within ``timeout`` seconds."""
         with self._sub_lock:
-            errors = self._sub_conn.connection_errors + self._sub_conn.channel_errors
             try:
                 self._sub_conn.drain_events(timeout=timeout)
             except TimeoutError:
                 return
-            except errors as exc:
+            except self._sub_errors as exc:
                 logger.warning("consuming failed (%s); reconnecting", exc)
                 self._reconnect(exc)
 
@@ -350,17 +347,14 @@ class KombuBrokerAdapter:
         unacknowledged and delivers them again (RabbitMQ at once, Redis after its
         visibility timeout).
         """
-        self._generation += 1
-        for sub in self._subs.values():
-            sub.drop_all()
-            sub.consumer = None
+        self._inbound.reset()
         try:
             self._sub_conn.collect()
         except Exception:
             logger.debug("collecting a broken consume connection failed", exc_info=True)
         try:
             _reconnect(self._sub_conn, self.retries)
-            for sub in self._subs.values():
+            for sub in self._inbound.subs.values():
                 self._start_consumer(sub)
         except Exception as exc:
             raise BrokerError(
@@ -368,91 +362,9 @@ class KombuBrokerAdapter:
                 f"after {cause}: {exc}; the consumer loop should back off and retry"
             ) from exc
 
-    def _next_delivery(self, sub: Subscription) -> Delivery | None:
-        while True:
-            held = sub.take()
-            if held is None:
-                return None
-            if held.generation != self._generation:
-                continue
-            try:
-                envelope = decode_body(held.message, max_bytes=self.max_bytes)
-            except EnvelopeError as exc:
-                self._drop_undecodable(sub, held, exc)
-                continue
-            attempts = broker_attempts(held.message, self.driver_type) + held.requeues
-            return self._delivery(sub, held, stamp_attempt(envelope, attempts))
-
-    def _delivery(self, sub: Subscription, held: Held, envelope: Envelope) -> Delivery:
-        ticket = held.ticket
-
-        def ack() -> None:
-            if sub.claim(held, ticket):
-                self._settle(sub, held, "ack")
-
-        def nack(requeue: bool = True) -> None:
-            if not sub.claim(held, ticket):
-                return
-            if requeue:
-                sub.requeue(held)
-            else:
-                self._settle(sub, held, "reject")
-
-        return Delivery(envelope, sub.topic, ack, nack)
-
-    def _settle(self, sub: Subscription, held: Held, how: str) -> None:
+    def _settle(self, held: Held, how: str) -> None:
         with self._sub_lock:
-            sub.finish(held)
-            if held.generation != self._generation:
-                return
-            errors = self._sub_conn.connection_errors + self._sub_conn.channel_errors
-            try:
-                if how == "ack":
-                    held.message.ack()
-                else:
-                    held.message.reject(requeue=False)
-            except errors as exc:
-                logger.warning(
-                    "could not %s a message on %r (%s); the broker will deliver it again",
-                    how,
-                    sub.topic,
-                    exc,
-                )
-
-    def _drop_undecodable(self, sub: Subscription, held: Held, exc: EnvelopeError) -> None:
-        ticket = held.ticket
-        if not sub.claim(held, ticket):
-            return
-        recorded = self._undecodable.report(sub.topic, held.message, exc)
-        self._settle(sub, held, "ack" if recorded else "reject")
-
-    def _release(self, sub: Subscription) -> None:
-        """Hand every message of ``sub`` back to the broker, oldest at the head."""
-        pending = sub.drop_all()
-        consumer = sub.consumer
-        sub.consumer = None
-        try:
-            if consumer is not None:
-                consumer.cancel()
-            for held in reversed(pending):
-                if held.generation == self._generation:
-                    _return_to_head(held.message, self.driver_type)
-        except self._sub_conn.connection_errors + self._sub_conn.channel_errors as exc:
-            logger.warning("could not return held messages of %r (%s)", sub.topic, exc)
-
-
-def _return_to_head(message: Any, driver_type: str) -> None:
-    """Give an unsettled message back so that it is the next one delivered.
-
-    Redis only restores to the head through its QoS (``leftmost=False`` pushes on the
-    consuming end); AMQP brokers put a rejected message back in its original place.
-    """
-    qos: Any = getattr(message.channel, "qos", None)
-    if driver_type == "redis" and hasattr(qos, "restore_by_tag"):
-        qos.restore_by_tag(message.delivery_tag, leftmost=False)
-        qos.ack(message.delivery_tag)
-        return
-    message.requeue()
+            settle_message(held, how, self._sub_errors)
 
 
 def _reconnect(connection: Connection, retries: int) -> None:

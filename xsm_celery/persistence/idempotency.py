@@ -108,6 +108,9 @@ class IdempotencyPlugin(PluginBase):
         self._done: weakref.WeakKeyDictionary[Any, list[tuple[str, str, Receipt]]] = (
             weakref.WeakKeyDictionary()
         )
+        self._written: weakref.WeakKeyDictionary[Any, list[tuple[str, str, Receipt]]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     @staticmethod
     def scope_for(principal: str, instance_key: str) -> str:
@@ -176,10 +179,26 @@ class IdempotencyPlugin(PluginBase):
                 return
         self.complete(match[0], match[1], receipt)
 
+    def shares_transaction(self, store: Any) -> bool:
+        """Whether the inbox writes in ``store``'s transaction (then receipts go in it)."""
+        shares = getattr(self.inbox, "shares_transaction_with", None)
+        return bool(shares is not None and shares(store))
+
     def on_persist(self, i: Any, store: Any) -> None:
-        """Write the receipts in the snapshot's transaction."""
+        """Write the receipts in the snapshot's transaction when the inbox shares it."""
+        if not self.shares_transaction(store):
+            return
         with self._lock:
             done = self._done.pop(i, [])
+            self._written.setdefault(i, []).extend(done)
+        for scope, key, receipt in done:
+            self.complete(scope, key, receipt)
+
+    def on_commit(self, i: Any) -> None:
+        """The save committed: write the receipts an unshared inbox still waits for."""
+        with self._lock:
+            done = self._done.pop(i, [])
+            self._written.pop(i, None)
         for scope, key, receipt in done:
             self.complete(scope, key, receipt)
 
@@ -188,5 +207,6 @@ class IdempotencyPlugin(PluginBase):
         with self._lock:
             pending = [(s, k) for s, k, _ in self._claims.pop(i, [])]
             pending += [(s, k) for s, k, _ in self._done.pop(i, [])]
+            pending += [(s, k) for s, k, _ in self._written.pop(i, [])]
         for scope, key in pending:
             self.abandon(scope, key)

@@ -126,6 +126,10 @@ class SQLiteInbox:
             self.db = SQLiteDatabase(store_or_path)
         self.db.script(_SCHEMA)
 
+    def shares_transaction_with(self, store: Any) -> bool:
+        """Whether writes to this inbox join ``store``'s transactions (same database)."""
+        return getattr(store, "db", None) is self.db
+
     def get(self, scope: str, key: str) -> InboxEntry | None:
         """Return the live entry for ``(scope, key)``, or ``None``."""
         rows = self.db.query(

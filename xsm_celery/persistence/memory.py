@@ -60,8 +60,9 @@ def check_snapshot(key: str, snapshot: object, max_bytes: int) -> str:
 class MemoryStore:
     """Thread-safe in-memory snapshot store for tests and single-process use.
 
-    ``lock(key)`` is a per-key lock; there is no transaction to roll back, so outbox rows
-    written beside a ``MemoryStore`` are not atomic with its snapshots.
+    ``lock(key)`` is a per-key lock. ``transaction()`` keeps an undo log, so a save made
+    in it is taken back when the block raises; outbox rows and inbox entries in memory
+    stores of their own are not part of it.
     """
 
     def __init__(self, *, max_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES) -> None:
@@ -69,6 +70,7 @@ class MemoryStore:
         self._records: dict[str, StoredSnapshot] = {}
         self._mutex = threading.Lock()
         self._key_locks: dict[str, threading.RLock] = {}
+        self._undo = threading.local()
 
     def __len__(self) -> int:
         with self._mutex:
@@ -100,6 +102,9 @@ class MemoryStore:
                 )
             record = StoredSnapshot(key, snapshot, current + 1, machine_version or "", time.time())
             self._records[key] = record
+        journal: list[tuple[str, StoredSnapshot | None]] | None = getattr(self._undo, "log", None)
+        if journal is not None:
+            journal.append((key, old))
         return record.version
 
     def delete(self, key: str) -> bool:
@@ -129,6 +134,23 @@ class MemoryStore:
         finally:
             lock.release()
 
-    def transaction(self) -> contextlib.AbstractContextManager[None]:
-        """No transaction in memory: writes apply at once."""
-        return contextlib.nullcontext()
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Apply saves at once, and take this thread's saves back if the block raises."""
+        outer: list[tuple[str, StoredSnapshot | None]] | None = getattr(self._undo, "log", None)
+        journal: list[tuple[str, StoredSnapshot | None]] = []
+        self._undo.log = journal
+        try:
+            yield
+        except BaseException:
+            with self._mutex:
+                for key, old in reversed(journal):
+                    if old is None:
+                        self._records.pop(key, None)
+                    else:
+                        self._records[key] = old
+            raise
+        finally:
+            self._undo.log = outer
+        if outer is not None:
+            outer.extend(journal)

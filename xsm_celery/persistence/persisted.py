@@ -7,6 +7,7 @@ exits cleanly; an exception inside it writes nothing.
 Plugins take part in the save through three optional hooks, so work that must agree with
 the saved state happens at the right moment:
 
+* ``on_before_save(interp)``: before anything is written; raising refuses the save;
 * ``on_persist(interp, store)``: inside the save's transaction, right after the snapshot is
   written (outbox rows, inbox receipts: they commit or roll back with it);
 * ``on_commit(interp)``: after the block, its lock and its transaction exited cleanly (a
@@ -106,6 +107,7 @@ def save_interpreter(
     before_commit: Iterable[Callable[[Any], Any]] = (),
 ) -> int:
     """Save ``interp``'s snapshot and run the ``on_persist`` hooks in one transaction."""
+    _call_hooks(plugins, "on_before_save", interp)
     snapshot = interp.get_snapshot()
     version = interp.machine.version
     transaction = getattr(store, "transaction", None)

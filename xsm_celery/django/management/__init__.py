@@ -1,0 +1,1 @@
+"""Management commands: ``xsm_dlq``, ``xsm_relay`` and ``xsm_timers``."""
