@@ -1,0 +1,271 @@
+"""Event plumbing over kombu on one Redis: raw kombu against the relay and the dispatcher.
+
+One run, one Redis (``XSM_TEST_REDIS_URL`` or 127.0.0.1:6379, database 5), one envelope
+shape. Rows of the table:
+
+* raw kombu publish: ``Producer.publish`` of the envelope JSON, one call per message;
+* relay, one publish per row: ``OutboxRelay`` over a SQLite outbox (WAL, leases on)
+  publishing each row with ``KombuBrokerAdapter.publish`` (target: >= 90% of raw);
+* relay, batched: the same relay using ``publish_many`` (kombu ``Producer.batch`` on the
+  anonymous exchange); target >= 20,000 rows/s and 5x xstate-statemachine 0.11.0;
+* xstate-statemachine 0.11.0's ``OutboxRelay`` and ``SQLiteOutboxStore`` over the same
+  outbox file and Redis, through a minimal sync adapter over kombu;
+* raw kombu consume+ack: a ``Consumer`` acking each message in its callback;
+* dispatcher with the inbox on (memory stores, then SQLite stores): envelopes/s through
+  ``InboundDispatcher.run_once_sync`` over ``KombuBrokerAdapter`` (targets: >= 50% and
+  >= 30% of raw consume+ack).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kombu import Connection, Consumer, Producer
+
+from bench.timing import table
+from xsm_celery.eda import Envelope, OutboxRelay, SQLiteOutboxStore, new_id
+from xsm_celery.kombu import KombuBrokerAdapter
+from xsm_celery.kombu.wire import publish_options
+
+REDIS = os.environ.get("XSM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0").rsplit("/", 1)[0] + "/5"
+ROWS = int(os.environ.get("XSM_BENCH_EDA_ROWS", "20000"))
+CONSUME = int(os.environ.get("XSM_BENCH_EDA_CONSUME", "5000"))
+#: Each rate is the best of this many runs: the machine is shared, so the slow runs
+#: measure the neighbours, not the code.
+REPEAT = int(os.environ.get("XSM_BENCH_EDA_REPEAT", "3"))
+RELAY_BATCH = 1000
+TOPIC = "xsm-bench-eda"
+#: The wire options KombuBrokerAdapter uses on Redis, given to the raw and peer baselines
+#: too so that every row publishes the same bytes.
+WIRE = {"body_encoding": "utf-8"}
+
+
+def _envelopes(n: int) -> list[Envelope]:
+    return [
+        Envelope.new(type="order.paid", subject=f"o-{i % 500}", data={"total": i, "sku": "A-1"})
+        for i in range(n)
+    ]
+
+
+def _purge() -> None:
+    with KombuBrokerAdapter(REDIS) as adapter:
+        adapter.purge(TOPIC)
+
+
+def raw_publish(envs: list[Envelope]) -> float:
+    """Messages/s of a plain kombu producer publishing the same JSON bodies."""
+    bodies = [env.to_json() for env in envs]
+    options = publish_options()
+    with Connection(REDIS, transport_options=WIRE) as conn:
+        producer = Producer(conn.default_channel, auto_declare=False)
+        start = time.perf_counter()
+        for body in bodies:
+            producer.publish(body, routing_key=TOPIC, **options)
+        elapsed = time.perf_counter() - start
+    _purge()
+    return len(bodies) / elapsed
+
+
+def _outbox_file(folder: Path, name: str, envs: list[Envelope]) -> Path:
+    path = folder / f"{name}-{new_id()}.db"
+    store = SQLiteOutboxStore(path)
+    store.add_many([(TOPIC, env) for env in envs])
+    store.db.close()
+    return path
+
+
+def our_relay(folder: Path, envs: list[Envelope], *, batched: bool) -> float:
+    """Rows/s of this package's relay over a SQLite outbox, leases on."""
+    path = _outbox_file(folder, f"ours-{batched}", envs)
+    store = SQLiteOutboxStore(path)
+    with KombuBrokerAdapter(REDIS, batch_size=RELAY_BATCH) as broker:
+        relay = OutboxRelay(store, broker, batch=RELAY_BATCH, use_batches=batched, lease_s=60)
+        start = time.perf_counter()
+        sent = relay.relay_all_sync(max_batches=10_000)
+        elapsed = time.perf_counter() - start
+    assert sent == len(envs), "relay lost rows"
+    assert store.count(pending_only=True) == 0, "relay left rows pending"
+    _purge()
+    return sent / elapsed
+
+
+class _PeerAdapter:
+    """The smallest sync adapter 0.11.0's relay can publish through: kombu, one call a row."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._producer = Producer(conn.default_channel, auto_declare=False)
+        self._options = publish_options()
+
+    def publish(self, topic: str, envelope: Any) -> None:
+        self._producer.publish(envelope.to_json(), routing_key=topic, **self._options)
+
+
+def peer_relay(folder: Path, envs: list[Envelope]) -> float:
+    """Rows/s of xstate-statemachine 0.11.0's relay over the same outbox and Redis."""
+    from xstate_statemachine.eda import OutboxRelay as PeerRelay
+    from xstate_statemachine.eda import SQLiteOutboxStore as PeerStore
+
+    path = _outbox_file(folder, "peer", envs)
+    store = PeerStore(str(path))
+    with Connection(REDIS, transport_options=WIRE) as conn:
+        relay = PeerRelay(store, _PeerAdapter(conn), batch=RELAY_BATCH, lease_s=60)
+        start = time.perf_counter()
+        sent = 0
+        while True:
+            done = relay.relay_once_sync()
+            sent += done
+            if done < RELAY_BATCH:
+                break
+        elapsed = time.perf_counter() - start
+    assert sent == len(envs), "0.11.0 relay lost rows"
+    store.close()
+    _purge()
+    return sent / elapsed
+
+
+def _fill(envs: list[Envelope]) -> None:
+    with KombuBrokerAdapter(REDIS) as adapter:
+        adapter.purge(TOPIC)
+        adapter.publish_many(TOPIC, envs)
+
+
+def raw_consume(envs: list[Envelope]) -> float:
+    """Messages/s of a kombu consumer acking each message in its callback."""
+    _fill(envs)
+    seen = [0]
+
+    def on_message(message: Any) -> None:
+        message.ack()
+        seen[0] += 1
+
+    with Connection(REDIS, transport_options={**WIRE, "polling_interval": 0.2}) as conn:
+        consumer = Consumer(conn.default_channel, queues=[], on_message=on_message)
+        from xsm_celery.kombu.wire import declare_queue
+
+        consumer.add_queue(declare_queue(TOPIC, "redis"))
+        consumer.qos(prefetch_count=100)
+        consumer.consume()
+        start = time.perf_counter()
+        while seen[0] < len(envs):
+            conn.drain_events(timeout=5)
+        elapsed = time.perf_counter() - start
+        consumer.cancel()
+    return len(envs) / elapsed
+
+
+def dispatcher_rate(envs: list[Envelope], make: Callable[[], Any]) -> float | None:
+    """Envelopes/s through the dispatcher with an inbox, or None if it is not built yet."""
+    try:
+        dispatcher = make()
+    except ImportError:
+        return None
+    _fill(envs)
+    with KombuBrokerAdapter(REDIS) as broker:
+        start = time.perf_counter()
+        processed = 0
+        while processed < len(envs):
+            result = dispatcher.run_once_sync(broker, TOPIC)
+            processed += result.processed + result.duplicates
+        elapsed = time.perf_counter() - start
+    return len(envs) / elapsed
+
+
+def _order_machine() -> Any:
+    from xsm_celery import MachineLogic, create_machine
+
+    def add(interp: Any, ctx: dict[str, Any], event: Any, action: Any) -> None:
+        ctx["total"] = ctx.get("total", 0) + event.payload.get("total", 0)
+
+    return create_machine(
+        {
+            "id": "order",
+            "initial": "open",
+            "context": {"total": 0},
+            "states": {"open": {"on": {"PAID": {"actions": "add"}}}},
+        },
+        logic=MachineLogic(actions={"add": add}),
+    )
+
+
+def _paid(envelope: Envelope) -> str:
+    return "PAID"
+
+
+def memory_dispatcher() -> Any:
+    """The dispatcher over memory stores, inbox on."""
+    from xsm_celery.eda import InboundDispatcher
+    from xsm_celery.persistence import MemoryInbox, MemoryStore
+
+    return InboundDispatcher(
+        MemoryStore(), {"order.paid": _order_machine()}, inbox=MemoryInbox(), event_type=_paid
+    )
+
+
+def sqlite_dispatcher(folder: Path) -> Callable[[], Any]:
+    """A factory of the dispatcher over one SQLite file for snapshots and inbox."""
+
+    def make() -> Any:
+        from xsm_celery.eda import InboundDispatcher
+        from xsm_celery.persistence import SQLiteInbox, SQLiteStore
+
+        store = SQLiteStore(folder / f"dispatch-{new_id()}.db")
+        return InboundDispatcher(
+            store, {"order.paid": _order_machine()}, inbox=SQLiteInbox(store), event_type=_paid
+        )
+
+    return make
+
+
+def _rate(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.0f}"
+
+
+def _ratio(value: float | None, base: float) -> str:
+    return "n/a" if value is None else f"{value / base:.2f}x"
+
+
+def _best(measure: Callable[[], float | None]) -> float | None:
+    rates = [measure() for _ in range(REPEAT)]
+    return None if None in rates else max(r for r in rates if r is not None)
+
+
+def main() -> int:
+    """Run every measurement on the same Redis and print one table."""
+    envs = _envelopes(ROWS)
+    few = envs[:CONSUME]
+    folder = Path(tempfile.mkdtemp(prefix="xsm-bench-eda-"))
+    _purge()
+    publish = _best(lambda: raw_publish(envs)) or 1.0
+    single = _best(lambda: our_relay(folder, envs, batched=False))
+    batched = _best(lambda: our_relay(folder, envs, batched=True))
+    peer = _best(lambda: peer_relay(folder, envs)) or 1.0
+    consume = _best(lambda: raw_consume(few)) or 1.0
+    memory = _best(lambda: dispatcher_rate(few, memory_dispatcher))
+    sqlite = _best(lambda: dispatcher_rate(few, sqlite_dispatcher(folder)))
+    _purge()
+    rows = [
+        ["raw kombu publish", _rate(publish), "1.00x raw publish", "baseline"],
+        ["relay, one publish per row", _rate(single), _ratio(single, publish), ">= 0.90x"],
+        ["relay, batched (publish_many)", _rate(batched), _ratio(batched, publish), ">= 20,000/s"],
+        ["xstate-statemachine 0.11.0 relay", _rate(peer), _ratio(peer, publish), "peer"],
+        ["batched relay vs 0.11.0", "", _ratio(batched, peer), ">= 5.00x"],
+        ["raw kombu consume+ack", _rate(consume), "1.00x raw consume", "baseline"],
+        ["dispatcher, inbox on, memory", _rate(memory), _ratio(memory, consume), ">= 0.50x"],
+        ["dispatcher, inbox on, SQLite", _rate(sqlite), _ratio(sqlite, consume), ">= 0.30x"],
+    ]
+    print(
+        f"Redis {REDIS}; {ROWS} rows per relay run, {CONSUME} envelopes consumed; "
+        f"best of {REPEAT} runs\n"
+    )
+    print(table(["measurement", "per second", "ratio", "target"], rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
