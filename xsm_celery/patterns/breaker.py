@@ -27,8 +27,9 @@ import functools
 import inspect
 import threading
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, overload
+from typing import Any, Literal, ParamSpec, TypeVar, overload
 
+from xsm_celery.engine import Clock, SyncInterpreter, WallClock, create_machine
 from xsm_celery.errors import CircuitOpenError, InterpreterStoppedError
 from xsm_celery.patterns.breaker_chart import (
     CIRCUIT_BREAKER_CONFIG,
@@ -36,9 +37,6 @@ from xsm_celery.patterns.breaker_chart import (
     circuit_breaker_logic,
     record_outcome,
 )
-
-if TYPE_CHECKING:
-    from xsm_celery.engine import SyncInterpreter
 
 __all__ = ["CircuitBreaker", "CircuitState", "circuit_breaker"]
 
@@ -101,7 +99,7 @@ class CircuitBreaker:
         cooldown_ms: float = 30_000,
         half_open_max_calls: int = 1,
         *,
-        clock: Any = None,
+        clock: Clock | None = None,
         plugins: Iterable[Any] = (),
         name: str | None = None,
         exceptions: type[BaseException] | tuple[type[BaseException], ...] = (Exception,),
@@ -109,8 +107,6 @@ class CircuitBreaker:
         failure_rate_threshold: float | None = None,
         window_size: int = 20,
     ) -> None:
-        from xsm_celery.engine import SyncInterpreter, WallClock, create_machine
-
         max_calls = _positive_int("half_open_max_calls", half_open_max_calls)
         config = copy.deepcopy(CIRCUIT_BREAKER_CONFIG)
         config["context"].update(
@@ -129,7 +125,7 @@ class CircuitBreaker:
         self.name: str = config["id"]
         self.cooldown_ms = check_cooldown(cooldown_ms)
         self.exceptions = _exception_classes(exceptions)
-        self._clock = WallClock() if clock is None else clock
+        self._clock: Clock = WallClock() if clock is None else clock
         machine = create_machine(config, logic=circuit_breaker_logic(self.cooldown_ms))
         self._interp: SyncInterpreter = SyncInterpreter(machine, clock=self._clock)
         for plugin in plugins:

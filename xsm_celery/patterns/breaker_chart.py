@@ -15,10 +15,9 @@ once), ``success_threshold`` (probe successes that close the circuit), ``probes_
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from xsm_celery.engine import MachineLogic
+from xsm_celery.engine import MachineLogic
 
 __all__ = ["CIRCUIT_BREAKER_CONFIG", "check_cooldown", "circuit_breaker_logic", "record_outcome"]
 
@@ -175,8 +174,6 @@ def circuit_breaker_logic(cooldown_ms: float) -> MachineLogic:
     Raises:
         ValueError: ``cooldown_ms`` is NaN, infinite or negative.
     """
-    from xsm_celery.engine import MachineLogic
-
     return MachineLogic(
         actions={
             "recordSuccess": _record_success,

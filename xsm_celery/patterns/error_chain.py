@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from xsm_celery.engine import redact
+
 __all__ = [
     "ERRORS_CONTEXT_KEY",
     "MAX_ERROR_MESSAGE",
@@ -80,8 +82,6 @@ def mask_secrets(
 
 def _secret_values(context: Mapping[str, Any], redact_keys: Iterable[str] | None) -> set[str]:
     """The string values (at any depth) that ``redact()`` masks in ``context``."""
-    from xsm_celery.engine import redact
-
     plain = dict(context)
     masked = redact(plain) if redact_keys is None else redact(plain, tuple(redact_keys))
     found: set[str] = set()

@@ -12,13 +12,11 @@ import math
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from xsm_celery.engine import MachineLogic
 from xsm_celery.patterns.error_chain import ERRORS_CONTEXT_KEY
 from xsm_celery.patterns.jitter import Jitter, apply_jitter, check_draw, parse_jitter
-
-if TYPE_CHECKING:
-    from xsm_celery.engine import MachineLogic
 
 __all__ = ["ExceptionTypes", "RetryPolicy"]
 
@@ -180,8 +178,6 @@ class RetryPolicy:
         actions ``retryBump`` (count a failure) and ``retryReset`` (success: start over).
         Everything reads ``context[attempt_key]``, so two loops can share one machine.
         """
-        from xsm_celery.engine import MachineLogic
-
         keys = _Keys(attempt_key)
         return MachineLogic(
             actions={
