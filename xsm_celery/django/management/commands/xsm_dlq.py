@@ -19,6 +19,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from xsm_celery.django.operations import DeadLetterOperations
 from xsm_celery.django.stores import DjangoDeadLetterStore
+from xsm_celery.errors import XsmError
 from xsm_celery.patterns.dead_letter import DeadLetter
 
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -78,7 +79,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         store = DjangoDeadLetterStore(using=options.get("database"))
         self.ops = DeadLetterOperations(store)
-        getattr(self, f"_{options['action']}")(store, options)
+        try:
+            getattr(self, f"_{options['action']}")(store, options)
+        except (XsmError, ValueError) as exc:
+            raise CommandError(str(exc), returncode=2) from exc
 
     def _emit(self, value: Any) -> None:
         self.stdout.write(json.dumps(value, indent=2, sort_keys=True, default=str))
