@@ -28,6 +28,13 @@ from xsm_celery.persistence.protocols import (
     TimerStore,
 )
 from xsm_celery.persistence.sqlite import SQLiteDatabase, SQLiteStore
+from xsm_celery.persistence.timers import (
+    DueTimerScanner,
+    DurableTimers,
+    MemoryTimerStore,
+    ScanResult,
+    deadlines_of,
+)
 
 __all__ = [
     # Stores
@@ -42,6 +49,12 @@ __all__ = [
     "PessimisticLock",
     "is_persisted",
     "persisted",
+    # Durable timers
+    "DueTimerScanner",
+    "DurableTimers",
+    "MemoryTimerStore",
+    "ScanResult",
+    "deadlines_of",
     # Deduplication
     "Admission",
     "AdmissionKind",
