@@ -580,14 +580,28 @@ class Core(StateView, EffectsMixin):
             self._deliver(event)
         return True
 
-    def _fire_due(self, now: float) -> bool:
-        """Fire every timer due at ``now``, each as its own step."""
-        fired = False
+    def _fire_due(self, now: float, most: int | None = None) -> int:
+        """Fire timers due by ``now``, each as its own step; at most ``most`` of them.
+
+        Raises:
+            RunawayChainError: zero-delay timers keep re-arming (more than the chain limit
+                fired in one call).
+        """
+        limit = self.machine.chain_limit
+        fired = 0
         while self._status == RUNNING and not self._processing:
+            if most is not None and fired >= most:
+                break
             timer = self._pop_due_timer(now)
             if timer is None:
                 break
-            fired = True
+            fired += 1
+            if fired > limit:
+                raise RunawayChainError(
+                    f"machine {self.id!r}: more than {limit} timers came due at once; a "
+                    "zero-delay 'after' cycle never lets time pass",
+                    limit=limit,
+                )
             self._run(EngineEvent(timer.after.event_type, None, timer.node.id))
         return fired
 
@@ -600,7 +614,7 @@ class Core(StateView, EffectsMixin):
         return heap[0][0] if heap else None
 
     def _clock_fire(self, now_ms: float) -> None:
-        self._fire_due(now_ms)
+        self._fire_due(now_ms, most=1)
 
     def _clock_drain(self) -> bool:
         return self._drain_mailbox()
