@@ -45,12 +45,9 @@ def data_dir() -> Path:
 
 def make_app(data: Path, broker_url: str | None = None) -> Celery:
     """The demo app: the embedded SQLite broker unless ``broker_url`` names another."""
-    app = Celery("xsm_demo")
-    if broker_url:
-        app.conf.broker_url = broker_url
-    else:
-        app.conf.broker_url = f"sqlite:///{data / 'broker.db'}"
-        app.conf.broker_transport = TRANSPORT
+    app = Celery("xsm_demo", broker=broker_url or f"sqlite:///{data / 'broker.db'}")
+    if not broker_url:
+        app.conf.update(broker_transport=TRANSPORT)
     app.conf.update(
         xsm_dead_letter_store=f"sqlite:///{data / 'dead_letters.db'}",
         xsm_timer_store=f"sqlite:///{data / 'timers.db'}",

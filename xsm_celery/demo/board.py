@@ -99,12 +99,19 @@ def _line(row: Row, event: ProgressEvent) -> str:
     if event.kind == "redelivered":
         return head + "its worker process was killed; the broker redelivered the message"
     if event.kind == "retrying":
-        return head + f"{event.detail} -> retry in {event.delay_ms or 0:,.0f} ms"
+        return head + f"{_short(event.detail)} -> retry in {event.delay_ms or 0:,.0f} ms"
     if event.kind == "succeeded":
         return head + f"succeeded ({event.detail})"
     if event.kind == "failed":
-        return head + f"gave up: {event.detail} -> dead letter"
+        return head + f"gave up: {_short(event.detail)} -> dead letter"
     return ""
+
+
+def _short(detail: str, limit: int = 80) -> str:
+    """An error for a log line: a lost worker by its type, anything else cut at ``limit``."""
+    if detail.startswith("WorkerLost"):
+        return "WorkerLost"
+    return detail if len(detail) <= limit else detail[: limit - 3] + "..."
 
 
 def _move(row: Row, event: ProgressEvent) -> None:

@@ -47,7 +47,7 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         cursor.close()
 
 
-class Channel(kombu_sqla.Channel):  # type: ignore[misc]
+class Channel(kombu_sqla.Channel):
     """kombu's SQLAlchemy channel, with redelivery flagged where Celery reads it."""
 
     _engines: dict[str, Any] = {}  # noqa: RUF012 (kombu's class-level engine cache)
@@ -60,11 +60,13 @@ class Channel(kombu_sqla.Channel):  # type: ignore[misc]
         with self._session_lock:
             super()._new_queue(queue, **kwargs)
 
-    def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:
+    # kombu's stubs name the argument "message" on the base channel, "payload" here.
+    def _put(self, queue: str, message: Any, **kwargs: Any) -> None:  # type: ignore[override]
         with self._session_lock:
-            super()._put(queue, payload, **kwargs)
+            super()._put(queue, message, **kwargs)
 
-    def _get(self, queue: str) -> Any:
+    def _get(self, queue: str, timeout: float | None = None) -> Any:
+        del timeout  # kombu's SQLAlchemy channel polls; it takes no timeout
         with self._session_lock:
             return super()._get(queue)
 
@@ -96,7 +98,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_dispose_inherited_engines)
 
 
-class Transport(kombu_sqla.Transport):  # type: ignore[misc]
+class Transport(kombu_sqla.Transport):
     """kombu's SQLAlchemy transport using the channel above, polling every 100 ms."""
 
     Channel = Channel

@@ -19,9 +19,9 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
-from xsm_celery.cli.render import make_console
+from xsm_celery.cli.render import dead_letters_table, make_console
 
-__all__ = ["SCENARIOS", "main"]
+__all__ = ["REPLAYED_ORDER", "SCENARIOS", "main"]
 
 #: (order id, upstream behaviour, fail_times, what the view says the upstream does).
 SCENARIOS: tuple[tuple[str, str, int, str], ...] = (
@@ -40,6 +40,7 @@ REPLAYED_ORDER = "A-1004"
 #: Files of an earlier run that a new run removes (and nothing else in the folder).
 _OUR_FILES = ("broker", "dead_letters", "timers", "progress", "upstream")
 
+#: Seconds allowed for the worker to start, and for a batch of tasks to end.
 WORKER_START_S = 60.0
 TASKS_S = 60.0
 
@@ -53,129 +54,133 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The demo's Celery app reads its folder from the environment when imported, in this
     # process and in the worker alike, so the variable is set before the first import.
     os.environ["XSM_DEMO_DIR"] = str(data)
-    from xsm_celery.celery.stores import stores_for
-    from xsm_celery.demo.app import app
-    from xsm_celery.demo.worker import WorkerProcess
-
-    started = time.monotonic()
-    broker = os.environ.get("XSM_BROKER_URL") or "embedded SQLite (kombu sqlalchemy transport)"
-    console.rule("[bold]xsm_celery demo: chart-driven retry for Celery tasks")
-    console.print(f"data: {data}\nbroker: {_mask(broker)}\nstarting a Celery worker (prefork)...")
-    # Create the store tables here, once, rather than in three pool processes at once.
-    stores = stores_for(app)
-    stores.dead_letters(), stores.timers(), stores.markers()
-    worker = WorkerProcess(data)
+    demo = Demo(console, data)
     try:
-        return _run(console, data, worker, started)
+        return demo.run()
     except KeyboardInterrupt:
         console.print("interrupted")
         return 130
     finally:
-        stopping = time.monotonic()
-        worker.stop()
-        console.print(f"worker stopped in {time.monotonic() - stopping:.1f} s")
+        demo.stop()
 
 
-def _run(console: Console, data: Path, worker: Any, started: float) -> int:
-    from xsm_celery.demo.app import QUEUE, app, fetch_quote
-    from xsm_celery.demo.board import Board
-    from xsm_celery.demo.progress import ProgressLog
-    from xsm_celery.demo.upstream import Behaviour, FlakyUpstream
+class Demo:
+    """One run: the worker, the stores it writes, and the view of what happens."""
 
-    progress, upstream = ProgressLog(data / "progress.db"), FlakyUpstream(data / "upstream.db")
-    _purge(app, QUEUE)
-    if not worker.wait_ready(progress, WORKER_START_S):
-        console.print("[red]the worker did not start[/]; its log ends with:\n" + worker.log_tail())
-        return 1
-    console.print(f"worker ready after {time.monotonic() - started:.1f} s\n")
-    board = Board()
-    for order_id, kind, fail_times, label in SCENARIOS:
-        upstream.script(order_id, Behaviour(kind, fail_times))
-        board.add(order_id, label, fetch_quote.apply_async((order_id,), queue=QUEUE).id)
-    seen = _follow(console, board, progress, 0, title="quote requests")
-    if not board.done():
-        return _stalled(console, board, worker)
-    store = _dead_letter_store(app)
-    _show_dead_letters(console, store)
-    return _replay(console, app, store, upstream, progress, seen, worker, started)
+    def __init__(self, console: Console, data: Path) -> None:
+        from xsm_celery.celery.stores import stores_for
+        from xsm_celery.demo.app import app
+        from xsm_celery.demo.progress import ProgressLog
+        from xsm_celery.demo.upstream import FlakyUpstream
+        from xsm_celery.demo.worker import WorkerProcess
 
+        self.console, self.data, self.app = console, data, app
+        self.started = time.monotonic()
+        self.progress = ProgressLog(data / "progress.db")
+        self.upstream = FlakyUpstream(data / "upstream.db")
+        broker = os.environ.get("XSM_BROKER_URL") or "embedded SQLite (kombu sqlalchemy transport)"
+        console.rule("[bold]xsm_celery demo: chart-driven retry for Celery tasks")
+        console.print(f"data: {data}\nbroker: {_mask(broker)}\nstarting a Celery worker...")
+        # Create the stores' tables here, once, rather than in three pool processes at once.
+        stores = stores_for(app)
+        self.store = stores.dead_letters()
+        stores.timers(), stores.markers()
+        self.seen = 0
+        self.worker = WorkerProcess(data)
 
-def _follow(console: Console, board: Any, progress: Any, seen: int, *, title: str) -> int:
-    """Redraw the board as events arrive until every task ended; return the last seq."""
-    deadline = time.monotonic() + TASKS_S
-    with Live(board.render(title), console=console, refresh_per_second=8) as live:
-        while not board.done() and time.monotonic() < deadline:
-            events = progress.since(seen)
-            if events:
-                seen = events[-1].seq
-                for line in board.apply(events):
-                    live.console.print(line, markup=False, highlight=False)
-                live.update(board.render(title))
-            time.sleep(0.1)
-        live.update(board.render(title))
-    console.print()
-    return seen
+    def run(self) -> int:
+        """Send the requests, follow them, list the dead letters, replay one."""
+        from kombu.exceptions import OperationalError
 
+        from xsm_celery.demo.app import QUEUE, fetch_quote
+        from xsm_celery.demo.board import Board
+        from xsm_celery.demo.upstream import Behaviour
 
-def _stalled(console: Console, board: Any, worker: Any) -> int:
-    waiting = ", ".join(f"{row.order_id} ({row.status})" for row in board.pending())
-    console.print(f"[red]timed out waiting for {waiting}[/]; the worker log ends with:")
-    console.print(worker.log_tail(), markup=False)
-    return 1
+        try:
+            _purge(self.app, QUEUE)
+        except OperationalError as exc:
+            self.console.print(f"[red]cannot reach the broker[/]: {exc}", markup=True)
+            return 1
+        if not self.worker.wait_ready(self.progress, WORKER_START_S):
+            self.console.print("[red]the worker did not start[/]; its log ends with:")
+            self.console.print(self.worker.log_tail(), markup=False)
+            return 1
+        self.console.print(f"worker ready after {time.monotonic() - self.started:.1f} s\n")
+        board = Board()
+        for order_id, kind, fail_times, label in SCENARIOS:
+            self.upstream.script(order_id, Behaviour(kind, fail_times))
+            board.add(order_id, label, fetch_quote.apply_async((order_id,), queue=QUEUE).id)
+        if not self._follow(board, "quote requests"):
+            return 1
+        self._show_dead_letters()
+        return self._replay()
 
+    def stop(self) -> None:
+        """Stop the worker (warm shutdown)."""
+        self.worker.stop()
 
-def _dead_letter_store(app: Any) -> Any:
-    from xsm_celery.sqlalchemy import open_dead_letter_store
+    def _follow(self, board: Any, title: str) -> bool:
+        """Log each event and redraw the board until every task ended; False on timeout."""
+        deadline = time.monotonic() + TASKS_S
+        with Live(board.render(title), console=self.console, refresh_per_second=8) as live:
+            while not board.done() and time.monotonic() < deadline:
+                events = self.progress.since(self.seen)
+                if events:
+                    self.seen = events[-1].seq
+                    for line in board.apply(events):
+                        live.console.print(line, markup=False, highlight=False)
+                    live.update(board.render(title))
+                time.sleep(0.1)
+            live.update(board.render(title))
+        self.console.print()
+        if board.done():
+            return True
+        waiting = ", ".join(f"{row.order_id} ({row.status})" for row in board.pending())
+        self.console.print(f"[red]timed out waiting for {waiting}[/]; the worker log ends with:")
+        self.console.print(self.worker.log_tail(), markup=False)
+        return False
 
-    return open_dead_letter_store(app.conf.xsm_dead_letter_store)
+    def _show_dead_letters(self) -> None:
+        records = self.store.list()
+        self.console.print(dead_letters_table(records, title=f"dead letters ({len(records)})"))
+        for record in records:
+            order = record.task_args[0] if record.task_args else "?"
+            chain = " -> ".join(e.get("type", "?") for e in record.errors)
+            self.console.print(f"  {order}: {record.reason} after {record.attempts} attempt(s); "
+                               f"error chain: {chain}", markup=False)
 
+    def _replay(self) -> int:
+        from xsm_celery.celery import replay_task
+        from xsm_celery.demo.board import Board
 
-def _show_dead_letters(console: Console, store: Any) -> None:
-    from xsm_celery.cli.render import dead_letters_table
+        record = next((r for r in self.store.list() if r.task_args == [REPLAYED_ORDER]), None)
+        if record is None:
+            self.console.print(f"[red]no dead letter for {REPLAYED_ORDER}[/]")
+            return 1
+        self.console.print(f"\nThe upstream for {REPLAYED_ORDER} is fixed; replaying its dead "
+                           f"letter {record.id}:")
+        self.upstream.heal(REPLAYED_ORDER)
+        dry = replay_task(self.store, record.id, self.app, reason="upstream fixed", dry_run=True)
+        self.console.print(f"  {dry.outcome}", markup=False)
+        real = replay_task(self.store, record.id, self.app, reason="upstream fixed",
+                           dry_run=False, actor="xsm-demo")
+        self.console.print(f"  replayed: {real.outcome}\n", markup=False)
+        board = Board()
+        board.add(f"{REPLAYED_ORDER} (replay)", "answers", str(real.task_id))
+        if not self._follow(board, "replay"):
+            return 1
+        self._summary(record.id)
+        return 0 if all(row.status == "succeeded" for row in board.rows.values()) else 1
 
-    records = store.list()
-    console.print()
-    console.print(dead_letters_table(records, title=f"dead letters ({len(records)})"))
-    for record in records:
-        chain = " -> ".join(e.get("type", "?") for e in record.errors)
-        console.print(f"  {record.task_args[0] if record.task_args else '?'}: {record.reason}, "
-                      f"{record.attempts} attempt(s), error chain: {chain}", markup=False)
-
-
-def _replay(console: Console, app: Any, store: Any, upstream: Any, progress: Any, seen: int,
-            worker: Any, started: float) -> int:
-    from xsm_celery.celery import replay_task
-    from xsm_celery.demo.board import Board
-
-    record = next((r for r in store.list() if r.task_args == [REPLAYED_ORDER]), None)
-    if record is None:
-        console.print(f"[red]no dead letter for {REPLAYED_ORDER}[/]")
-        return 1
-    console.print(f"\nThe upstream for {REPLAYED_ORDER} is fixed; replaying dead letter "
-                  f"{record.id}:")
-    upstream.heal(REPLAYED_ORDER)
-    dry = replay_task(store, record.id, app, reason="upstream fixed", dry_run=True)
-    console.print(f"  {dry.outcome}", markup=False)
-    real = replay_task(store, record.id, app, reason="upstream fixed", dry_run=False,
-                       actor="xsm-demo")
-    console.print(f"  replayed: {real.outcome}", markup=False)
-    board = Board()
-    board.add(f"{REPLAYED_ORDER} (replay)", "answers", str(real.task_id))
-    _follow(console, board, progress, seen, title="replay")
-    if not board.done():
-        return _stalled(console, board, worker)
-    _summary(console, app, store, record.id, started)
-    return 0 if all(row.status == "succeeded" for row in board.rows.values()) else 1
-
-
-def _summary(console: Console, app: Any, store: Any, record_id: str, started: float) -> None:
-    [entry] = store.audit_log(record_id)[-1:]
-    console.print(f"audit: {entry['actor']} {entry['action']} ({entry['reason']}): "
-                  f"{entry['outcome']}", markup=False)
-    url = app.conf.xsm_dead_letter_store
-    console.print(f"\ndone in {time.monotonic() - started:.1f} s. Inspect the dead letters with:")
-    console.print(f"  xsm-celery dlq --dlq {url} list --all", markup=False)
-    console.print(f"  xsm-celery dlq --dlq {url} show {record_id}", markup=False)
+    def _summary(self, record_id: str) -> None:
+        entry = self.store.audit_log(record_id)[-1]
+        self.console.print(f"audit: {entry['actor']} {entry['action']} ({entry['reason']}): "
+                           f"{entry['outcome']}", markup=False)
+        url = self.app.conf.xsm_dead_letter_store
+        self.console.print(f"\ndone in {time.monotonic() - self.started:.1f} s. Inspect the "
+                           "dead letters with:")
+        self.console.print(f"  xsm-celery dlq --dlq {url} list --all", markup=False)
+        self.console.print(f"  xsm-celery dlq --dlq {url} show {record_id}", markup=False)
 
 
 def _fresh(data: Path) -> None:
@@ -192,11 +197,18 @@ def _fresh(data: Path) -> None:
 
 
 def _purge(app: Any, queue: str) -> None:
-    """Drop messages a previous, interrupted run left on a shared broker's demo queue."""
-    from kombu import Queue
+    """Drop messages a previous, interrupted run left on a shared broker's demo queue.
 
-    with contextlib.suppress(Exception), app.connection_for_write() as conn:
-        Queue(queue, channel=conn.default_channel).purge()
+    Raises:
+        kombu.exceptions.OperationalError: the broker cannot be reached.
+    """
+    from kombu import Exchange, Queue
+
+    with app.connection_for_write() as conn:
+        conn.ensure_connection(max_retries=3)
+        bound = Queue(queue, Exchange(queue, "direct"), routing_key=queue)(conn.default_channel)
+        bound.declare()
+        bound.purge()
 
 
 def _mask(url: str) -> str:
