@@ -21,6 +21,7 @@ from xsm_celery.kombu.adapter import (
     DEFAULT_RETRIES,
     KombuBrokerAdapter,
 )
+from xsm_celery.kombu.loop import consume_forever
 from xsm_celery.kombu.partitions import Partitioning, partition_of, queue_name
 from xsm_celery.kombu.wire import CONTENT_TYPE, broker_attempts
 
@@ -33,6 +34,7 @@ __all__ = [
     "KombuBrokerAdapter",
     "Partitioning",
     "broker_attempts",
+    "consume_forever",
     "partition_of",
     "queue_name",
 ]

@@ -317,7 +317,7 @@ class KombuBrokerAdapter:
 
     def _start_consumer(self, sub: Subscription) -> None:
         consumer = Consumer(
-            self._sub_conn.default_channel,
+            self._sub_conn.channel(),
             queues=[self._queue(name) for name in sub.queues],
             on_message=self._inbound.receiver(sub),
             prefetch_count=self.prefetch,

@@ -44,18 +44,21 @@ def settle_message(held: Held, how: str, errors: tuple[type[BaseException], ...]
         logger.warning("could not %s a message (%s); the broker will deliver it again", how, exc)
 
 
-def return_to_head(message: Any, driver_type: str) -> None:
-    """Give an unsettled message back to the broker so that it is the next one delivered.
+def return_to_head(pending: list[Held], driver_type: str) -> None:
+    """Give unsettled messages back to the broker so that the oldest is delivered next.
 
     Redis restores to the head only through its QoS (``leftmost=False`` pushes on the
-    consuming end); AMQP brokers put a rejected message back in its original place.
+    consuming end), newest first so the oldest ends on top. AMQP brokers need nothing:
+    closing the channel returns its unacknowledged messages to their places, whereas an
+    explicit reject would send them to the tail of a quorum queue.
     """
-    qos: Any = getattr(message.channel, "qos", None)
-    if driver_type == "redis" and hasattr(qos, "restore_by_tag"):
-        qos.restore_by_tag(message.delivery_tag, leftmost=False)
-        qos.ack(message.delivery_tag)
+    if driver_type != "redis":
         return
-    message.requeue()
+    for held in reversed(pending):
+        qos: Any = getattr(held.message.channel, "qos", None)
+        if hasattr(qos, "restore_by_tag"):
+            qos.restore_by_tag(held.message.delivery_tag, leftmost=False)
+            qos.ack(held.message.delivery_tag)
 
 
 class Inbound:
@@ -111,13 +114,13 @@ class Inbound:
         sub = self.subs.pop(topic, None)
         if sub is None:
             return
-        pending = sub.drop_all()
+        pending = [h for h in sub.drop_all() if h.generation == self.generation]
         consumer, sub.consumer = sub.consumer, None
         if consumer is not None:
             consumer.cancel()
-        for held in reversed(pending):
-            if held.generation == self.generation:
-                return_to_head(held.message, self.driver_type)
+        return_to_head(pending, self.driver_type)
+        if consumer is not None:
+            consumer.channel.close()
 
     def next_delivery(self, sub: Subscription) -> Delivery | None:
         """The next deliverable message of ``sub`` as a ``Delivery``, or None if none is held."""
