@@ -41,7 +41,13 @@ from xsm_celery.eda.outbox import (
 )
 from xsm_celery.eda.outbox_store import MemoryOutboxStore, SQLiteOutboxStore
 from xsm_celery.eda.relay import OutboxRelay
-from xsm_celery.errors import BrokerPublishError, EnvelopeCorruptError, EnvelopeTooLargeError
+from xsm_celery.eda.replay import ReplayResult, replay_dead_letter
+from xsm_celery.errors import (
+    BrokerPublishError,
+    EnvelopeCorruptError,
+    EnvelopeTooLargeError,
+    ReplayRefusedError,
+)
 from xsm_celery.patterns import DeadLetterPlugin
 from xsm_celery.patterns.dead_letter import (
     DeadLetter,
@@ -94,8 +100,12 @@ __all__ = [
     "SQLiteDeadLetterStore",
     "dlq_topic",
     "redact_record",
+    # Replay
+    "ReplayResult",
+    "replay_dead_letter",
     # Errors
     "BrokerPublishError",
     "EnvelopeCorruptError",
     "EnvelopeTooLargeError",
+    "ReplayRefusedError",
 ]
