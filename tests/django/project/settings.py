@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from tests.services import POSTGRES_URL
+from tests.services import POSTGRES_URL, REDIS_URL
 
 _pg = urlsplit(POSTGRES_URL)
 _DATA = Path(tempfile.mkdtemp(prefix="xsm-django-tests-"))
@@ -80,10 +80,13 @@ DATABASES = {
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
-CELERY_BROKER_URL = os.environ.get("XSM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+# Database 11 and an own queue keep these workers apart from the other areas' tests.
+CELERY_BROKER_URL = REDIS_URL.rsplit("/", 1)[0] + "/11"
 CELERY_RESULT_BACKEND = CELERY_BROKER_URL
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_DEFAULT_QUEUE = "xsm-django-tests"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 XSM_CELERY = {
     "DATABASE": "default",

@@ -6,9 +6,9 @@ sees: the task is dead-lettered while it is broken, and a replay succeeds once f
 
 from __future__ import annotations
 
-import os
-
 from celery import shared_task
+
+from tests.services import REDIS_URL
 
 from xsm_celery.celery import ChartTask
 from xsm_celery.patterns import RetryPolicy
@@ -21,8 +21,7 @@ def gateway_broken() -> bool:
     """Whether the test marked the payment gateway broken."""
     import redis
 
-    url = os.environ.get("XSM_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-    return bool(redis.Redis.from_url(url).exists(BROKEN_KEY))
+    return bool(redis.Redis.from_url(REDIS_URL).exists(BROKEN_KEY))
 
 
 @shared_task(
