@@ -9,7 +9,6 @@ from __future__ import annotations
 from celery import shared_task
 
 from tests.services import REDIS_URL
-
 from xsm_celery.celery import ChartTask
 from xsm_celery.patterns import RetryPolicy
 
