@@ -18,11 +18,14 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
+from django.utils.formats import date_format
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
+from django.utils.timezone import localtime
 from django.utils.translation import gettext_lazy as _
 
 from xsm_celery.django import views
+from xsm_celery.django._dates import to_datetime
 from xsm_celery.django._dead_letter_store import DjangoDeadLetterStore, row_to_record
 from xsm_celery.django.charts import find_chart
 from xsm_celery.django.conf import get_settings
@@ -71,7 +74,7 @@ class DeadLetterRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     change_form_template = "admin/xsm_celery/deadletterrecord/change_form.html"
     fieldsets = (
         (None, {"fields": ("id", "reason", "machine_id", "state_id", "attempts", "taken_on",
-                           "resolved_at")}),
+                           "resolved_on")}),
         (_("Task"), {"fields": ("task_name", "task_id", "hostname")}),
         (_("Envelope"), {"fields": ("topic", "subject"), "classes": ("collapse",)}),
         (_("Chart"), {"fields": ("machine_hash", "machine_version")}),
@@ -129,6 +132,12 @@ class DeadLetterRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.display(description=_("resolved"), boolean=True, ordering="resolved_at")
     def resolved(self, obj: DeadLetterRecord) -> bool:
         return obj.resolved_at is not None
+
+    @admin.display(description=_("resolved on"))
+    def resolved_on(self, obj: DeadLetterRecord) -> str:
+        if obj.resolved_at is None:
+            return str(_("open"))
+        return date_format(localtime(to_datetime(obj.resolved_at)), "DATETIME_FORMAT")
 
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view

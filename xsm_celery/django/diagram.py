@@ -171,7 +171,36 @@ def _columns(node: _Node) -> list[list[_Node]]:
     columns: list[list[_Node]] = [[] for _ in range(last + 2)]
     for child in node.children:
         columns[rank.get(child.key, last + 1)].append(child)
-    return [col for col in columns if col]
+    return [_keep_linked_adjacent(col, node) for col in columns if col]
+
+
+def _keep_linked_adjacent(column: list[_Node], parent: _Node) -> list[_Node]:
+    """Order a column so states joined by a transition sit next to each other.
+
+    A transition between two states of one column is drawn as a vertical arrow; with a
+    third state between them, the arrow would run through that state's box.
+    """
+    members = {id(n) for n in column}
+    links: dict[int, list[_Node]] = {id(n): [] for n in column}
+    for source in column:
+        for target in _sibling_targets(source, parent):
+            if id(target) in members and target is not source:
+                links[id(source)].append(target)
+                links[id(target)].append(source)
+    ordered: list[_Node] = []
+    seen: set[int] = set()
+
+    def visit(current: _Node) -> None:
+        seen.add(id(current))
+        ordered.append(current)
+        for other in sorted(links[id(current)], key=column.index):
+            if id(other) not in seen:
+                visit(other)
+
+    for candidate in column:
+        if id(candidate) not in seen:
+            visit(candidate)
+    return ordered
 
 
 def _sibling_targets(child: _Node, parent: _Node) -> list[_Node]:
