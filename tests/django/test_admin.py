@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -240,3 +241,44 @@ def test_records_cannot_be_added_edited_or_deleted_through_forms(app: Any) -> No
     assert client.get(reverse("admin:xsm_celery_deadletterrecord_add")).status_code == 403
     assert client.get(change_url(record.id, "delete")).status_code == 403
     assert 'name="_save"' not in client.get(change_url(record.id)).content.decode()
+
+
+def test_the_outbox_page_shows_backlog_age_and_leases(app: Any) -> None:
+    """Outbox: pending and sent counts, the oldest pending row's age, rows under lease."""
+    from xsm_celery.django.stores import DjangoOutboxStore
+    from xsm_celery.eda import Envelope
+
+    outbox = DjangoOutboxStore(wall=lambda: time.time() - 7200)
+    seqs = [outbox.add("orders", Envelope.new(type="order.paid", subject=f"o-{n}"))
+            for n in range(4)]
+    outbox.mark_sent(seqs[:1])
+    DjangoOutboxStore().claim(limit=1, owner="relay-a", lease_s=60)
+    client = login("ana", superuser=True)
+    page = client.get(reverse("admin:xsm_celery_outboxmessage_changelist")).content.decode()
+    assert '<strong id="xsm-pending">3</strong>' in page
+    assert '<strong id="xsm-sent">1</strong>' in page
+    assert '<strong id="xsm-leased">1</strong>' in page
+    assert '<strong id="xsm-oldest">2\xa0hours</strong>' in page
+    assert "relay-a" in page
+    leased = client.get(reverse("admin:xsm_celery_outboxmessage_changelist"),
+                        {"status": "leased"}).content.decode()
+    assert leased.count("order.paid") == 1
+    detail = client.get(reverse("admin:xsm_celery_outboxmessage_change", args=[seqs[1]]))
+    assert "&quot;type&quot;: &quot;order.paid&quot;" in detail.content.decode()
+
+
+def test_the_other_tables_are_listed_read_only(app: Any) -> None:
+    """Audit trail, inbox, snapshots and timers list their rows and offer no add button."""
+    from xsm_celery.django.stores import DjangoInbox, DjangoSnapshotStore, DjangoTimerStore
+
+    DjangoInbox().claim("src", "e-1", "fp", ttl_s=None)
+    DjangoSnapshotStore().save("order-9", '{"value": "paid"}')
+    DjangoTimerStore().schedule("task-1", time.time() + 60, {"task": "shop.charge"})
+    DjangoDeadLetterStore().audit("r-1", "purge", actor="ana", reason="retention",
+                                  outcome="deleted")
+    client = login("ana", superuser=True)
+    for model, text in (("inboxrecord", "e-1"), ("machinesnapshot", "order-9"),
+                        ("durabletimer", "task-1"), ("auditentry", "retention")):
+        page = client.get(reverse(f"admin:xsm_celery_{model}_changelist")).content.decode()
+        assert text in page
+        assert client.get(reverse(f"admin:xsm_celery_{model}_add")).status_code == 403

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.contract_dead_letters import make_record
-from tests.django.admin_support import PASSWORD, make_user
+from tests.django.admin_support import MEMORY_APP, PASSWORD, make_user, sent_tasks, task_record
 from xsm_celery.django.models import DeadLetterRecord
 from xsm_celery.django.stores import DjangoDeadLetterStore
 
@@ -198,3 +198,33 @@ def test_a_read_only_operator_sees_no_replay_and_gets_403(
     assert action.status == 403
     assert "CSRF" not in action.text()
     assert DjangoDeadLetterStore().get(record.id).resolved_at is None  # type: ignore[union-attr]
+
+
+def test_bulk_replay_shows_progress_and_a_summary(admin_server: str, chromium_browser: Any) -> None:
+    """Replaying a filtered selection runs record by record, then summarises the outcomes."""
+    from django.test import override_settings
+
+    from tests.django.project.celery import memory_app
+
+    with override_settings(XSM_CELERY={"CELERY_APP": MEMORY_APP}):
+        sent_tasks(memory_app)
+        for _ in range(3):
+            task_record(memory_app)
+        task_record(memory_app, task_args=["***"])
+        make_user("ana", superuser=True)
+        page = log_in(chromium_browser, admin_server, "ana")
+        page.goto(f"{admin_server}/admin/xsm_celery/deadletterrecord/?task_name=shop.charge")
+        page.check("#action-toggle")
+        page.select_option("select[name=action]", "replay_selected")
+        page.click("button[name=index]")
+        page.wait_for_selector("#xsm-bulk-form")
+        assert page.locator("#xsm-plans tbody tr").count() == 4
+        page.fill("#id_reason", "gateway is back (INC-42)")
+        page.click("#xsm-bulk-form input[type=submit]")
+        page.wait_for_selector("#xsm-progress[data-done=true]", timeout=30_000)
+        assert page.locator("#xsm-progress-bar").get_attribute("value") == "4"
+        summary = page.locator("#xsm-live-summary").inner_text()
+        assert "sent: 3" in summary
+        assert "refused: 1" in summary
+        page.screenshot(path=str(SHOTS / "6-bulk-replay.png"), full_page=True)
+        assert len(sent_tasks(memory_app)) == 3
