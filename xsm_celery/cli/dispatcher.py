@@ -1,76 +1,105 @@
 """The dispatcher an envelope replay goes through: ``--machine`` charts, ``--store`` state.
 
-The replay re-sends the dead-lettered envelope to the machine that failed it, so the CLI
-rebuilds that machine from the same chart files and logic module the service uses.
+A replay re-sends the dead-lettered envelope to the machine that failed it, so the CLI
+rebuilds that machine from the same chart files and logic the service uses, over the
+service's own state store and inbox (the inbox turns a double replay into a duplicate).
+Like ``--dlq``, ``--store`` must name an existing database: it is never created here.
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from xsm_celery.cli.base import CliError
+from xsm_celery.errors import XsmError
 
-__all__ = ["build_dispatcher", "load_machine"]
+__all__ = ["build_dispatcher", "load_logic", "load_machine", "open_state_store"]
 
 
-def load_machine(path: str, logic_module: str | None) -> Any:
-    """Build one ``--machine`` chart with the logic of ``--logic``; bad input is a refusal."""
-    from xsm_celery import create_machine  # type: ignore[attr-defined, unused-ignore]
+def load_logic(spec: str | None) -> Any:
+    """The ``MachineLogic`` named by ``--logic module`` (its ``logic``) or ``module:attr``."""
+    from xsm_celery.engine import MachineLogic
 
-    logic = None
-    if logic_module:
-        try:
-            module = importlib.import_module(logic_module)
-        except ImportError as exc:
-            raise CliError(f"cannot import --logic {logic_module!r}: {exc} (pass a dotted module "
-                           "importable from the current directory or PYTHONPATH)") from None
-        logic = getattr(module, "logic", None) or getattr(module, "LOGIC", None)
+    if not spec:
+        return None
+    module_name, _, attr = spec.partition(":")
     try:
-        config = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CliError(f"cannot load machine {path!r}: {exc}") from None
-    if not isinstance(config, dict):
-        raise CliError(f"cannot load machine {path!r}: not a JSON object")
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise CliError(f"cannot import --logic {spec!r}: {exc} (pass a dotted module "
+                       "importable from the current directory or PYTHONPATH, not a file path)"
+                       ) from None
+    logic = getattr(module, attr or "logic", None)
+    if callable(logic) and not isinstance(logic, MachineLogic):
+        logic = logic()
+    if not isinstance(logic, MachineLogic):
+        raise CliError(f"cannot import --logic {spec!r}: {module_name}.{attr or 'logic'} is not "
+                       "a MachineLogic (or a function returning one)")
+    return logic
+
+
+def load_machine(path: str, logic: Any) -> Any:
+    """Build one ``--machine`` chart with ``logic``; any problem is a one-line refusal."""
+    from xsm_celery.engine import create_machine
+
+    if not Path(path).is_file():
+        raise CliError(f"cannot load machine {path!r}: no such file")
     try:
-        return create_machine(config, logic=logic)
-    except Exception as exc:  # a chart the engine refuses, whatever the reason
+        return create_machine(Path(path), logic=logic)
+    except (XsmError, OSError, ValueError) as exc:
         raise CliError(f"cannot load machine {path!r}: {exc}") from None
 
 
-def build_dispatcher(store_url: str, machine_files: Sequence[str], logic: str | None) -> Any:
-    """An ``InboundDispatcher`` over the machines and the existing state store."""
-    from xsm_celery import eda
+def open_state_store(url: str) -> tuple[Any, Any]:
+    """The existing state store and its inbox: ``sqlite:///path`` or ``postgresql://...``."""
+    scheme = url.split("://", 1)[0].split("+", 1)[0].lower() if "://" in url else ""
+    try:
+        if scheme == "sqlite":
+            return _sqlite_store(url)
+        if scheme in ("postgresql", "postgres"):
+            from xsm_celery.sqlalchemy import SQLAlchemyInbox, SQLAlchemyStore
 
-    dispatcher_class = getattr(eda, "InboundDispatcher", None)
-    if dispatcher_class is None:
-        raise CliError("replaying envelopes needs xsm_celery.eda.InboundDispatcher, which this "
-                       "installation lacks; upgrade xsm-celery")
-    machines = {}
-    for path in machine_files:
-        machine = load_machine(path, logic)
-        machines[str(machine.id)] = machine
+            store = SQLAlchemyStore(url, create_table=False)
+            return store, SQLAlchemyInbox(store, create_table=False)
+    except XsmError as exc:
+        raise CliError(f"cannot open --store {url!r}: {exc}") from None
+    raise CliError(f"unsupported --store URL {url!r}; use sqlite:///state.db or "
+                   "postgresql://user@host/db")
+
+
+def _sqlite_store(url: str) -> tuple[Any, Any]:
+    from xsm_celery.persistence import SQLiteInbox, SQLiteStore
+    from xsm_celery.sqlalchemy.connect import normalize_url, sqlite_path
+
+    path = sqlite_path(normalize_url(url))
+    if path is None or not path.is_file():
+        raise CliError(f"no such --store SQLite database file: {str(path)!r}; check the path "
+                       "(sqlite:///rel.db is relative, sqlite:////abs.db absolute)")
+    store = SQLiteStore(path)
+    return store, SQLiteInbox(store)
+
+
+def build_dispatcher(store_url: str, machine_files: Sequence[str], logic_spec: str | None,
+                     *, machine_id: str) -> Any:
+    """An ``InboundDispatcher`` over the charts and the existing state store and inbox.
+
+    An envelope type ``xsm.<machine id>.<EVENT>`` goes to the chart with that id; any other
+    type goes to the chart whose id is the record's ``machine_id``. With no such chart the
+    replay is refused ("no machine handles type ...").
+    """
+    from xsm_celery.eda import InboundDispatcher
+
+    logic = load_logic(logic_spec)
+    machines = {str(m.id): m for m in (load_machine(path, logic) for path in machine_files)}
 
     def machine_for(envelope_type: str) -> Any:
         parts = envelope_type.split(".")
         if len(parts) >= 3 and parts[0] == "xsm" and parts[1] in machines:
             return machines[parts[1]]
-        return next(iter(machines.values())) if len(machines) == 1 else None
+        return machines.get(machine_id)
 
-    return dispatcher_class(_open_state_store(store_url), machine_for)
-
-
-def _open_state_store(url: str) -> Any:
-    from xsm_celery import persistence
-
-    opener = getattr(persistence, "open_store", None)
-    if opener is None:
-        raise CliError("replaying envelopes needs xsm_celery.persistence.open_store, which this "
-                       "installation lacks; upgrade xsm-celery")
-    try:
-        return opener(url, must_exist=True)
-    except Exception as exc:  # a store the persistence layer refuses
-        raise CliError(f"cannot open --store {url!r}: {exc}") from None
+    store, inbox = open_state_store(store_url)
+    return InboundDispatcher(store, machine_for, inbox=inbox)

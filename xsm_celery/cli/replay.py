@@ -106,8 +106,10 @@ def _replay_envelope(target: DlqTarget, record: DeadLetter, options: ReplayOptio
     from xsm_celery.cli.dispatcher import build_dispatcher
 
     if not options.store_url or not options.machines:
-        raise CliError("replaying an envelope dead letter needs --store URL and --machine FILE")
-    dispatcher = build_dispatcher(options.store_url, options.machines, options.logic)
+        raise CliError("replaying an envelope dead letter needs --store URL (the machines' "
+                       "state store) and --machine FILE (its chart; repeatable)")
+    dispatcher = build_dispatcher(options.store_url, options.machines, options.logic,
+                                  machine_id=record.machine_id)
     result = replay_dead_letter(
         target.store(), record.id, dispatcher, reason=options.reason,
         dry_run=options.dry_run, force=options.force, actor=options.actor,

@@ -1,6 +1,8 @@
-"""SQLAlchemy stores: dead letters (and their audit trail) in SQLite or PostgreSQL.
+"""SQLAlchemy stores in SQLite or PostgreSQL: snapshots, inbox, outbox, dead letters, timers.
 
-Needs the ``sqlalchemy`` extra; PostgreSQL URLs also need ``psycopg``.
+Needs the ``sqlalchemy`` extra; PostgreSQL URLs also need ``psycopg``. Every store takes an
+``Engine`` or a URL (``make_engine``: SQLite files created 0600, ``postgresql://`` through
+psycopg); ``open_dead_letter_store`` also accepts a store object or ``memory://``.
 """
 
 from __future__ import annotations
