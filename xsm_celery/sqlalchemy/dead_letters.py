@@ -26,7 +26,10 @@ from xsm_celery.patterns.dead_letter import DeadLetter, check_cutoff, check_limi
 from xsm_celery.sqlalchemy._tables import audit_table, dead_letter_table, metadata
 from xsm_celery.sqlalchemy.connect import make_engine, safe_url
 
-__all__ = ["SQLAlchemyDeadLetterStore", "current_actor"]
+__all__ = ["SQLAlchemyDeadLetterStore", "current_actor", "dead_letter_metadata"]
+
+#: The ``MetaData`` holding both tables, for projects whose migrations own the schema.
+dead_letter_metadata = metadata
 
 #: Attempts at creating the tables while other processes create them too.
 _CREATE_ROUNDS = 5
