@@ -1,0 +1,1 @@
+"""The shop app: orders and the task that charges them."""
