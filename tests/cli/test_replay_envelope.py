@@ -147,3 +147,29 @@ def test_bad_replay_inputs_exit_2(invoke: Invoke, env: Env, flag: str, value: st
     assert result.exit_code == 2
     assert message in one_error_line(result)
     assert not Path("nowhere").exists()
+
+
+def test_a_store_file_that_is_not_a_database_exits_2(invoke: Invoke, env: Env,
+                                                     tmp_path: Path) -> None:
+    """A --store file that is not SQLite is refused and left as it was."""
+    record = env.record()
+    notes = tmp_path / "notes.db"
+    notes.write_text("not a database\n" * 100)
+    args = env.args(record.id, *REAL)
+    args[args.index("--store") + 1] = f"sqlite:///{notes}"
+    result = invoke(*args)
+    assert result.exit_code == 2
+    assert "not a database" in one_error_line(result)
+    assert notes.read_text().startswith("not a database")
+
+
+def test_without_envelope_replay_in_the_installation_exits_2(
+        invoke: Invoke, env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An installation whose eda lacks replay_dead_letter says so instead of crashing."""
+    import xsm_celery.eda
+
+    monkeypatch.delattr(xsm_celery.eda, "replay_dead_letter")
+    record = env.record()
+    result = invoke(*env.args(record.id))
+    assert result.exit_code == 2
+    assert "xsm_celery.eda.replay_dead_letter" in one_error_line(result)
