@@ -150,7 +150,8 @@ def show(ctx: click.Context, record_id: str, as_json: bool) -> None:
               help="State store of the machines (envelope dead letters).")
 @click.option("--machine", "machines", multiple=True, metavar="FILE",
               help="Chart JSON that handles the envelope (repeatable; envelope dead letters).")
-@click.option("--logic", metavar="MODULE", help="Importable module with the charts' logic.")
+@click.option("--logic", metavar="MODULE[:ATTR]",
+              help="Module whose `logic` (or ATTR) is the charts' MachineLogic.")
 @click.option("--json", "as_json", is_flag=True, help="Print the replay result as JSON.")
 @click.pass_context
 def replay(ctx: click.Context, *, record_id: str, dry_run: bool, yes: bool,

@@ -20,7 +20,14 @@ from sqlalchemy.pool import StaticPool
 
 from xsm_celery.errors import ConfigurationError, StoreUnavailableError
 
-__all__ = ["SQLITE_BUSY_TIMEOUT_S", "make_engine", "normalize_url", "safe_url", "sqlite_path"]
+__all__ = [
+    "FILE_MODE",
+    "SQLITE_BUSY_TIMEOUT_S",
+    "make_engine",
+    "normalize_url",
+    "safe_url",
+    "sqlite_path",
+]
 
 #: Seconds a SQLite writer waits for another process's write lock before giving up.
 SQLITE_BUSY_TIMEOUT_S = 15.0
