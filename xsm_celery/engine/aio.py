@@ -40,9 +40,12 @@ class Interpreter(Core):
 
     def __init__(self, machine: Machine, clock: Clock | None = None) -> None:
         super().__init__(machine, clock)
+
+    def _setup(self, machine: Machine, clock: Clock | None, context: dict[str, Any]) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake_handle: asyncio.TimerHandle | None = None
         self._wake_due: float | None = None
+        super()._setup(machine, clock, context)
 
     def _bind_loop(self) -> asyncio.AbstractEventLoop | None:
         if self._loop is None:

@@ -12,29 +12,23 @@ arrive; the step is this one.
 from __future__ import annotations
 
 import copy
-import heapq
 import itertools
 import logging
 import threading
 from collections import deque
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from xsm_celery.engine.chart import StateNode, Transition
 from xsm_celery.engine.clock import Clock, WallClock
+from xsm_celery.engine.delivery import Delivery
 from xsm_celery.engine.effects import EffectsMixin, Timer
-from xsm_celery.engine.events import (
-    ENGINE_EVENT_PREFIXES,
-    EngineEvent,
-    Event,
-    Receipt,
-    done_state_type,
-)
+from xsm_celery.engine.events import EngineEvent, Event, Receipt, done_state_type
 from xsm_celery.engine.invoke import ActorRef
 from xsm_celery.engine.plugins import dispatch, global_plugins
-from xsm_celery.engine.snapshot import DEFAULT_MAX_SNAPSHOT_BYTES, dump, restore, snapshot_dict
-from xsm_celery.engine.state import StateView
-from xsm_celery.engine.step import Plan, initial_plan, remove_conflicts
+from xsm_celery.engine.selection import Selection
+from xsm_celery.engine.snapshot import Snapshots
+from xsm_celery.engine.state import DONE, NOT_STARTED, RUNNING, STOPPED, StateView
+from xsm_celery.engine.step import Plan, initial_plan
 from xsm_celery.errors import InterpreterStoppedError, RunawayChainError
 
 if TYPE_CHECKING:
@@ -44,17 +38,10 @@ __all__ = ["NOT_STARTED", "RUNNING", "DONE", "STOPPED", "Core"]
 
 logger = logging.getLogger("xsm_celery.engine")
 
-NOT_STARTED = "not_started"
-RUNNING = "running"
-DONE = "done"
-STOPPED = "stopped"
-
 _INIT = "xstate.init"
 
-CoreT = TypeVar("CoreT", bound="Core")
 
-
-class Core(StateView, EffectsMixin):
+class Core(StateView, Selection, Delivery, Snapshots, EffectsMixin):
     """State and step loop of an interpreter; the drivers add the public send/start/stop."""
 
     def __init__(self, machine: Machine, clock: Clock | None = None) -> None:
@@ -229,86 +216,6 @@ class Core(StateView, EffectsMixin):
         self._internal.clear()
         self._pending_invokes.clear()
 
-    def _select(self, event: Event) -> tuple[Transition, ...] | None:
-        leaves = self._leaves
-        if len(leaves) == 1:
-            candidates = leaves[0].handlers.get(event.type)
-            if candidates is None:
-                return None
-            for trans in candidates:
-                guard = trans.guard
-                if guard is None or self._check(trans, event):
-                    return (trans,)
-            self._denied = True
-            return None
-        return self._select_many([leaf.handlers.get(event.type) for leaf in leaves], event)
-
-    def _select_eventless(self, event: Event) -> tuple[Transition, ...] | None:
-        leaves = self._leaves
-        if len(leaves) == 1:
-            for trans in leaves[0].eventless:
-                if trans.guard is None or self._check(trans, event):
-                    return (trans,)
-            return None
-        return self._select_many([leaf.eventless for leaf in leaves], event)
-
-    def _select_many(
-        self, per_leaf: list[tuple[Transition, ...] | None], event: Event
-    ) -> tuple[Transition, ...] | None:
-        """Selection across parallel regions: each leaf picks its first enabled candidate."""
-        selected: list[Transition] = []
-        verdicts: dict[Transition, bool] = {}
-        handled = False
-        for candidates in per_leaf:
-            if not candidates:
-                continue
-            handled = True
-            for trans in candidates:
-                if trans in selected:
-                    break
-                ok = verdicts.get(trans)
-                if ok is None:
-                    ok = verdicts[trans] = trans.guard is None or self._check(trans, event)
-                if ok:
-                    selected.append(trans)
-                    break
-        if not selected:
-            self._denied = handled
-            return None
-        if len(selected) > 1:
-            selected = remove_conflicts(selected, self._config)
-        return tuple(selected)
-
-    def _check(self, trans: Transition, event: Event) -> bool:
-        """Evaluate a guard; one that raises (or is missing) is False, logged and reported."""
-        guard = trans.guard
-        assert guard is not None
-        try:
-            fn = guard.fn
-            if guard.takes_params:
-                result = bool(fn(self._context, event, guard.params))  # type: ignore[misc]
-            else:
-                result = bool(fn(self._context, event))  # type: ignore[misc]
-        except Exception as exc:
-            self._guard_failed(guard.type, guard.fn is None, event, exc, guard.path)
-            result = False
-        if self._plugins:
-            dispatch(self, self._plugins, "on_guard_evaluated", (guard.type, event, result))
-        return result
-
-    def _guard_failed(
-        self, name: str, missing: bool, event: Event, exc: Exception, path: str
-    ) -> None:
-        from xsm_celery.errors import ImplementationMissingError
-
-        error: Exception = ImplementationMissingError("guard", name, path=path) if missing else exc
-        logger.warning(
-            "machine %r: guard %r raised on event %r; treated as false",
-            self.machine.id, name, event.type, exc_info=error,
-        )  # fmt: skip
-        if self._plugins:
-            dispatch(self, self._plugins, "on_guard_error", (name, event, error))
-
     def _microstep(self, transitions: tuple[Transition, ...], event: Event) -> None:
         self._steps += 1
         if self._steps > self.machine.chain_limit:
@@ -421,222 +328,6 @@ class Core(StateView, EffectsMixin):
         self.clock.detach(self)
         if self._plugins:
             dispatch(self, self._plugins, "on_done", (self.output,))
-
-    def _send(self, event: Event, wait: bool) -> Receipt | None:
-        """The body of ``send()`` shared by both drivers."""
-        if self._processing:
-            if self._admit(event):
-                self._queue.append(event)
-            return None
-        if self._status != RUNNING or event.type.startswith(ENGINE_EVENT_PREFIXES):
-            self._admit(event)
-            return self._refusal(event) if wait else None
-        if self._mailbox:
-            self._drain_mailbox()
-        if self._timer_heap:
-            self._fire_due(self.clock.now())
-        if self._plugins:
-            answered = self._intercept(event)
-            if answered is not None:
-                return answered if wait else None
-        if self._status != RUNNING:
-            self._admit(event)
-            return self._refusal(event) if wait else None
-        taken = self._taken
-        denied = self._run(event)
-        return self._receipt_for(taken, denied) if wait else None
-
-    def tick(self) -> None:
-        """Deliver mailbox events and fire the timers that are due by the clock."""
-        if self._processing or self._status != RUNNING:
-            return
-        self._drain_mailbox()
-        if self._timer_heap:
-            self._fire_due(self.clock.now())
-
-    def get_snapshot(self) -> str:
-        """The machine at rest as a JSON string (see :mod:`xsm_celery.engine.snapshot`).
-
-        Raises:
-            SnapshotError: the context holds a value JSON cannot encode.
-        """
-        return dump(self)
-
-    def snapshot(self) -> dict[str, Any]:
-        """The snapshot as a dict; the context inside is the live one, not a copy."""
-        return snapshot_dict(self)
-
-    @classmethod
-    def from_snapshot(
-        cls: type[CoreT],
-        snapshot: str | bytes | Mapping[str, Any],
-        machine: Machine,
-        clock: Clock | None = None,
-        *,
-        verify_machine_hash: bool = True,
-        expected_machine_hash: str | None = None,
-        restart_services: bool = False,
-        plugins: Iterable[Any] = (),
-        max_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES,
-    ) -> CoreT:
-        """Rebuild a running interpreter from :meth:`get_snapshot`, in this or another process.
-
-        Entry actions do not run again; pending ``after`` timers are re-armed at their
-        original wall-clock due time (firing on the next tick if overdue). Callback actors
-        and async services are not restored unless ``restart_services`` is set.
-
-        Args:
-            snapshot: The JSON string (or its parsed dict).
-            machine: The same chart; a changed structure is refused.
-            clock: Clock of the restored interpreter (defaults to a ``WallClock``).
-            verify_machine_hash: False restores across a structure change.
-            expected_machine_hash: Also accept snapshots taken with this older hash.
-            restart_services: Start the invocations of the active states again.
-            plugins: Plugins to attach before anything runs (global ones are attached too).
-            max_bytes: Size cap, checked before parsing.
-
-        Raises:
-            SnapshotTooLargeError: over ``max_bytes``.
-            SnapshotCorruptError: not JSON, a missing or ill-typed field, unknown states.
-            SnapshotMismatchError: another machine, or a changed structure.
-        """
-        return restore(
-            cls,
-            snapshot,
-            machine,
-            clock,
-            verify_machine_hash=verify_machine_hash,
-            expected_machine_hash=expected_machine_hash,
-            restart_services=restart_services,
-            plugins=plugins,
-            max_bytes=max_bytes,
-        )
-
-    def _admit(self, event: Event) -> bool:
-        """Whether a caller's event may run now; drops (with a log) those that may not."""
-        if self._status != RUNNING:
-            self._drop(event, "not_running")
-            return False
-        if event.type.startswith(ENGINE_EVENT_PREFIXES):
-            logger.warning(
-                "machine %r: event %r uses a name reserved for engine events "
-                "(done.invoke.*, error.platform.*, done.state.*, after.*, xstate.*); ignored",
-                self.id, event.type,
-            )  # fmt: skip
-            if self._plugins:
-                dispatch(self, self._plugins, "on_event_dropped", (event, "engine_event"))
-            return False
-        return True
-
-    def _drop(self, event: Event, reason: str) -> None:
-        logger.warning(
-            "machine %r is %s; event %r dropped", self.id, self._status, event.type
-        )
-        if self._plugins:
-            dispatch(self, self._plugins, "on_event_dropped", (event, reason))
-
-    def _refusal(self, event: Event) -> Receipt:
-        """The receipt of an event that did not run."""
-        error: BaseException | None = None
-        if self._status != RUNNING:
-            error = InterpreterStoppedError(
-                f"interpreter {self.id!r} is {self._status}; event {event.type!r} was dropped"
-            )
-        return Receipt(frozenset(self.current_state_ids), False, error)
-
-    def _receipt_for(self, taken_before: int, denied: bool) -> Receipt:
-        return Receipt(
-            frozenset(s.id for s in self._leaves),
-            self._taken != taken_before,
-            self._run_error,
-            False,
-            denied,
-        )
-
-    def _intercept(self, event: Event) -> Receipt | None:
-        """Let plugins answer a caller's event before it runs (an inbox replay)."""
-        answered: Any = dispatch(self, self._plugins, "on_before_send", (event,))
-        return answered if isinstance(answered, Receipt) else None
-
-    def _deliver(self, event: Event) -> None:
-        """Run an event from the mailbox or a timer on the owning thread."""
-        if isinstance(event, EngineEvent):
-            if self._status == RUNNING:
-                self._run(event)
-            return
-        if not self._admit(event):
-            return
-        if self._plugins and self._intercept(event) is not None:
-            return
-        self._run(event)
-
-    def _drain_mailbox(self) -> bool:
-        if not self._mailbox or self._processing:
-            return False
-        with self._mailbox_lock:
-            batch = list(self._mailbox)
-            self._mailbox.clear()
-        for event in batch:
-            self._deliver(event)
-        return True
-
-    def _fire_due(self, now: float, most: int | None = None) -> int:
-        """Fire timers due by ``now``, each as its own step; at most ``most`` of them.
-
-        Raises:
-            RunawayChainError: zero-delay timers keep re-arming (more than the chain limit
-                fired in one call).
-        """
-        limit = self.machine.chain_limit
-        fired = 0
-        while self._status == RUNNING and not self._processing:
-            if most is not None and fired >= most:
-                break
-            timer = self._pop_due_timer(now)
-            if timer is None:
-                break
-            fired += 1
-            if fired > limit:
-                raise RunawayChainError(
-                    f"machine {self.id!r}: more than {limit} timers came due at once; a "
-                    "zero-delay 'after' cycle never lets time pass",
-                    limit=limit,
-                )
-            self._run(EngineEvent(timer.after.event_type, None, timer.node.id))
-        return fired
-
-    def _clock_next_due(self) -> float | None:
-        if self._processing or self._status != RUNNING:
-            return None
-        heap = self._timer_heap
-        while heap and heap[0][2].cancelled:
-            heapq.heappop(heap)
-        return heap[0][0] if heap else None
-
-    def _clock_fire(self, now_ms: float) -> None:
-        self._fire_due(now_ms, most=1)
-
-    def _clock_drain(self) -> bool:
-        return self._drain_mailbox()
-
-    def send_threadsafe(self, event_or_type: Any, /, **payload: Any) -> None:
-        """Queue an event from any thread; it runs on the owner's next step.
-
-        A sync interpreter delivers it at its next ``send()``, ``tick()`` or clock
-        increment; the async one on its event loop. FIFO per sending thread.
-        """
-        from xsm_celery.engine.events import to_event
-
-        event = to_event(event_or_type, payload)
-        with self._mailbox_lock:
-            if self._status in (NOT_STARTED, RUNNING):
-                self._mailbox.append(event)
-                self._wake()
-                return
-        self._drop(event, "not_running")
-
-    def _wake(self) -> None:
-        """Hook: the async interpreter schedules a mailbox drain on its loop."""
 
     def _halt(self) -> None:
         """Stop: cancel timers, clean up actors, detach from the clock (``stop()``'s body)."""

@@ -11,7 +11,12 @@ if TYPE_CHECKING:
     from xsm_celery.engine.clock import Clock
     from xsm_celery.engine.machine import Machine
 
-__all__ = ["StateView", "state_value"]
+__all__ = ["DONE", "NOT_STARTED", "RUNNING", "STOPPED", "StateView", "state_value"]
+
+NOT_STARTED = "not_started"
+RUNNING = "running"
+DONE = "done"
+STOPPED = "stopped"
 
 
 def state_value(node: StateNode, config: frozenset[StateNode]) -> Any:
