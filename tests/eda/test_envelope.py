@@ -330,3 +330,20 @@ def test_correlation_falls_back_to_the_cause_id() -> None:
     interp = SimpleNamespace(machine=SimpleNamespace(id="m", version=None), id="m", store_key=None)
     cause = Envelope.new(type="t", subject="s")
     assert Envelope.from_transition(interp, type="u", cause=cause).correlationid == cause.id
+
+
+def test_trusted_json_equals_the_validated_decode() -> None:
+    """from_trusted_json gives the same envelope as from_json and re-sends the same text."""
+    env = Envelope.new(type="order.paid", subject="o-1", data={"total": 5}, extensions={"tenant": "t"})
+    text = env.to_json()
+    trusted = Envelope.from_trusted_json(text)
+    assert trusted == Envelope.from_json(text)
+    assert trusted.to_json() is text
+    assert trusted.with_attempt(2).to_json() != text
+
+
+def test_trusted_json_still_checks_the_size_cap() -> None:
+    """A cached text over the cap is refused like any other."""
+    text = Envelope.new(type="t", data={"b": "x" * 500}).to_json()
+    with pytest.raises(EnvelopeTooLargeError):
+        Envelope.from_trusted_json(text).to_json(max_bytes=100)

@@ -279,4 +279,4 @@ class SQLiteOutboxStore:
 
 def _record(row: tuple[int, str, str]) -> OutboxRecord:
     seq, topic, text = row
-    return OutboxRecord(seq, topic, Envelope.from_json(text))
+    return OutboxRecord(seq, topic, Envelope.from_trusted_json(text))
