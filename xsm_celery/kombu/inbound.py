@@ -109,18 +109,25 @@ class Inbound:
             sub.drop_all()
             sub.consumer = None
 
-    def close(self, topic: str) -> None:
-        """Stop ``topic``: give its held and in-flight messages back, oldest at the head."""
-        sub = self.subs.pop(topic, None)
-        if sub is None:
-            return
-        pending = [h for h in sub.drop_all() if h.generation == self.generation]
-        consumer, sub.consumer = sub.consumer, None
-        if consumer is not None:
+    def close(self, *topics: str) -> None:
+        """Stop ``topics`` (every topic without arguments): messages go back, oldest first.
+
+        Consumers are cancelled before anything is returned, so a returned message is not
+        handed straight back to them; their channels are closed last, once each.
+        """
+        names = topics or tuple(self.subs)
+        subs = [sub for name in names if (sub := self.subs.pop(name, None)) is not None]
+        consumers = {id(sub.consumer): sub.consumer for sub in subs if sub.consumer is not None}
+        for consumer in consumers.values():
             consumer.cancel()
-        return_to_head(pending, self.driver_type)
-        if consumer is not None:
-            consumer.channel.close()
+        for sub in subs:
+            sub.consumer = None
+            return_to_head(
+                [h for h in sub.drop_all() if h.generation == self.generation], self.driver_type
+            )
+        channels = {id(c.channel): c.channel for c in consumers.values() if c.channel}
+        for channel in channels.values():
+            channel.close()
 
     def next_delivery(self, sub: Subscription) -> Delivery | None:
         """The next deliverable message of ``sub`` as a ``Delivery``, or None if none is held."""
