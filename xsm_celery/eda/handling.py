@@ -74,7 +74,7 @@ def _reason(name: str, fallback: DeadLetterReason) -> str:
 
 def _decode(raw: Any) -> Envelope:
     if isinstance(raw, Envelope):
-        return raw.validate()
+        return raw
     if isinstance(raw, str | bytes | bytearray):
         return Envelope.from_json(raw)
     return Envelope.from_dict(raw)
