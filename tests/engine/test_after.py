@@ -207,3 +207,20 @@ def test_retry_chart_from_fixture_backs_off() -> None:
     clock.increment(10_000)
     assert interp.matches("job.done")
     assert calls == [0.0, 100.0, 300.0]
+
+
+def test_cancelled_timers_do_not_pile_up() -> None:
+    """Re-entering a timed state many times while another timer waits keeps the heap small."""
+    config = {
+        "id": "m",
+        "type": "parallel",
+        "states": {
+            "slow": {"initial": "w", "states": {"w": {"after": {"999999": "d"}}, "d": {}}},
+            "fast": {"initial": "x", "states": {"x": {"after": {"1000": "x"}, "on": {"HOP": {"target": "x", "reenter": True}}}}},
+        },
+    }
+    interp = SyncInterpreter(create_machine(config), clock=SimulatedClock()).start()
+    for _ in range(1000):
+        interp.send("HOP")
+    assert len(interp.pending_timers()) == 2
+    assert len(interp._timer_heap) < 200

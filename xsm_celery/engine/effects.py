@@ -134,8 +134,11 @@ class EffectsMixin:
         heap = self._timer_heap
         while heap and heap[0][2].cancelled:
             heapq.heappop(heap)
-        if len(heap) > 64 and not self._timers_by_state:
-            heap.clear()
+        if len(heap) > 64:
+            live = sum(len(timers) for timers in self._timers_by_state.values())
+            if len(heap) > 2 * live:
+                heap[:] = [entry for entry in heap if not entry[2].cancelled]
+                heapq.heapify(heap)
 
     def _cancel_all_timers(self) -> None:
         for timers in self._timers_by_state.values():

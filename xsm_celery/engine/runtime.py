@@ -100,12 +100,12 @@ class Core(StateView, Selection, Delivery, Snapshots, EffectsMixin):
         self.clock.attach(self)
         if self._plugins:
             dispatch(self, self._plugins, "on_interpreter_start", ())
-        init = self.machine.root
-        plan = self._cache.get(_INIT)
-        if plan is None:
-            plan = self._cache[_INIT] = initial_plan(init)
+        cached = self._cache.get(_INIT)
+        if cached is None:
+            root = self.machine.root
+            cached = self._cache[_INIT] = (initial_plan(root), Transition(root, _INIT, ""))
+        plan, trans = cached
         event = EngineEvent(_INIT, None, self.machine.id)
-        trans = Transition(init, _INIT, "")
         self._guarded_run(lambda: self._initial_step(plan, event, trans))
 
     def _initial_step(self, plan: Plan, event: EngineEvent, trans: Transition) -> None:
