@@ -152,6 +152,10 @@ class AuditEntry(models.Model):
     ``record_id`` is a plain column, not a foreign key, so the trail outlives a purge.
     """
 
+    id: models.BigAutoField[int, int] = models.BigAutoField(
+        _("entry"), primary_key=True,
+        help_text=_("Increasing entry number; the trail reads in this order."),
+    )
     record_id: models.CharField[str, str] = models.CharField(
         _("record id"), max_length=64, db_index=True,
         help_text=_("Id of the dead letter acted on (kept after the record is purged)."),
@@ -255,6 +259,10 @@ class OutboxMessage(models.Model):
 class InboxRecord(models.Model):
     """One idempotency key seen by a consumer, so a redelivery is answered, not re-run."""
 
+    id: models.BigAutoField[int, int] = models.BigAutoField(
+        _("row"), primary_key=True,
+        help_text=_("Row number; entries are found by scope and key."),
+    )
     scope: models.CharField[str, str] = models.CharField(
         _("scope"), max_length=255,
         help_text=_("Principal and instance the key belongs to (source and subject)."),
@@ -294,6 +302,10 @@ class InboxRecord(models.Model):
 class MachineSnapshot(models.Model):
     """The saved snapshot of one persisted machine instance."""
 
+    id: models.BigAutoField[int, int] = models.BigAutoField(
+        _("row"), primary_key=True,
+        help_text=_("Row number; snapshots are found by key."),
+    )
     key: models.CharField[str, str] = models.CharField(
         _("key"), max_length=255, unique=True,
         help_text=_("Instance key (for the dispatcher, the envelope subject)."),
