@@ -12,13 +12,14 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests import services
 
-__all__ = ["PrivateRedis"]
+__all__ = ["PrivateRedis", "private_redis", "running_redis"]
 
 
 def _free_port() -> int:
@@ -94,3 +95,19 @@ class PrivateRedis:
         """Stop the server and delete its files."""
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def private_redis() -> Iterator[PrivateRedis]:
+    """A redis-server of this session's own, which tests may kill and restart."""
+    server = PrivateRedis()
+    server.start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def running_redis(private_redis: PrivateRedis) -> PrivateRedis:
+    """The private Redis, started again if an earlier test left it stopped."""
+    private_redis.start()
+    return private_redis
