@@ -617,3 +617,48 @@ def test_failed_save_leaves_no_receipt_and_the_retry_runs(kind: str, tmp_path: A
     broker.deliver("in", env)
     assert dispatcher.run_once_sync(broker, "in").duplicates == 1
     assert _count(store) == 1
+
+
+class AckFails(SyncFakeBrokerAdapter):
+    """A broker whose connection drops when the dispatcher settles a delivery."""
+
+    def ack(self, delivery: Any) -> None:
+        raise ConnectionError("connection reset while acking")
+
+    def nack(self, delivery: Any, *, requeue: bool = True) -> None:
+        raise ConnectionError("connection reset while nacking")
+
+
+class AsyncAckFails(FakeBrokerAdapter):
+    """The asyncio twin of AckFails."""
+
+    async def ack(self, delivery: Any) -> None:
+        raise ConnectionError("connection reset while acking")
+
+
+def test_a_failing_ack_never_escapes_into_the_loop(caplog: pytest.LogCaptureFixture) -> None:
+    """Settlement errors are logged; the broker redelivers and the inbox absorbs the copy."""
+    dispatcher, store, _ = _dispatcher(inbox=MemoryInbox())
+    broker = AckFails()
+    env = _inc()
+    broker.deliver("in", env)
+    broker.deliver("in", Envelope.new(type="xsm.counter.FAIL", subject="c-2"))
+    with caplog.at_level(logging.ERROR, logger="xsm_celery.eda"):
+        result = dispatcher.run_once_sync(broker, "in")
+    assert (result.processed, result.retried) == (1, 1)
+    assert "connection reset" in caplog.text
+    assert dispatcher.handle(env).duplicates == 1
+    assert _count(store) == 1
+
+
+def test_a_failing_async_ack_never_escapes_into_the_loop() -> None:
+    """The async loop logs a failing ack too."""
+    dispatcher, store, _ = _dispatcher()
+    broker = AsyncAckFails()
+
+    async def scenario() -> DispatchResult:
+        await broker.deliver("in", _inc())
+        return await dispatcher.run_once(broker, "in")
+
+    assert asyncio.run(scenario()).processed == 1
+    assert _count(store) == 1

@@ -254,7 +254,7 @@ class InboundDispatcher:
                 _requeue_sync(broker, group[index:])
                 self._behind(group[index + 1 :], result)
                 return
-            broker.ack(delivery)
+            _settle_sync(broker.ack, delivery)
 
     def _behind(self, later: list[Delivery], result: DispatchResult) -> None:
         """Record the deliveries requeued behind a failed one of their subject."""
@@ -303,10 +303,10 @@ class InboundDispatcher:
                 result.record(env_id, outcome)
                 if outcome.requeue:
                     for later in reversed(group[index:]):
-                        await maybe_await(broker.nack(later, requeue=True))
+                        await _settle(broker.nack, later, requeue=True)
                     self._behind(group[index + 1 :], result)
                     return
-                await maybe_await(broker.ack(delivery))
+                await _settle(broker.ack, delivery)
 
     async def run_once(self, broker: Any, topic: str) -> DispatchResult:
         """Drain what ``topic`` holds now; subjects run concurrently up to ``max_in_flight``."""
@@ -358,7 +358,26 @@ def _envelope_id(delivery: Delivery) -> str:
 def _requeue_sync(broker: Any, deliveries: list[Delivery]) -> None:
     """Requeue a failed delivery and the later ones of its subject, keeping their order."""
     for delivery in reversed(deliveries):
-        broker.nack(delivery, requeue=True)
+        _settle_sync(broker.nack, delivery, requeue=True)
+
+
+_SETTLE_FAILED = "settling envelope %s failed; the broker redelivers it"
+
+
+def _settle_sync(settle: Callable[..., Any], delivery: Delivery, **options: Any) -> None:
+    """Ack or nack; a broker that fails here will redeliver, so it is logged, not raised."""
+    try:
+        settle(delivery, **options)
+    except Exception:
+        logger.exception(_SETTLE_FAILED, _envelope_id(delivery))
+
+
+async def _settle(settle: Callable[..., Any], delivery: Delivery, **options: Any) -> None:
+    """Async twin of ``_settle_sync``."""
+    try:
+        await maybe_await(settle(delivery, **options))
+    except Exception:
+        logger.exception(_SETTLE_FAILED, _envelope_id(delivery))
 
 
 def _run_coroutine(item: Any) -> None:
