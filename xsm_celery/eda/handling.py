@@ -66,12 +66,6 @@ class _InstanceDoneError(XsmError):
     """The instance is in a final state and takes no more events."""
 
 
-def _reason(name: str, fallback: DeadLetterReason) -> str:
-    """Use a reason the record accepts; older record versions lack the newer ones."""
-    known = {r.value for r in DeadLetterReason}
-    return name if name in known else fallback.value
-
-
 def _decode(raw: Any) -> Envelope:
     if isinstance(raw, Envelope):
         return raw
@@ -170,7 +164,7 @@ class Handling:
             logger.info("envelope %s is in flight elsewhere; requeued", env.id)
             return Outcome.REQUEUE
         note = ValueError(f"envelope id {dedup!r} was first seen with another event or payload")
-        reason = _reason("idempotency_mismatch", DeadLetterReason.CORRUPT)
+        reason = DeadLetterReason.IDEMPOTENCY_MISMATCH.value
         return self._dead_letter(reason, note)
 
     def _step(self) -> Outcome:
@@ -221,7 +215,7 @@ class Handling:
             logger.exception("dispatcher failed before the envelope was decoded")
             return Outcome.REQUEUE
         if isinstance(exc, _InstanceDoneError):
-            return self._dead_letter(_reason("instance_done", DeadLetterReason.MAX_ATTEMPTS), exc)
+            return self._dead_letter(DeadLetterReason.INSTANCE_DONE.value, exc)
         attempts = self.d.count_failure(self.env)
         if attempts >= self.d.max_attempts:
             return self._dead_letter(DeadLetterReason.MAX_ATTEMPTS.value, exc, attempts=attempts)

@@ -53,6 +53,8 @@ class DeadLetterReason(str, enum.Enum):
     TASK_EXHAUSTED = "task_exhausted"
     NON_RETRYABLE = "non_retryable"
     WORKER_LOST = "worker_lost"
+    INSTANCE_DONE = "instance_done"
+    IDEMPOTENCY_MISMATCH = "idempotency_mismatch"
 
 
 def _reason_value(value: str | DeadLetterReason) -> str:
