@@ -71,3 +71,8 @@ def test_every_field_has_a_verbose_name_and_help_text() -> None:
         and (not field.help_text or "verbose_name" not in field.deconstruct()[3])
     ]
     assert not missing
+
+
+def test_the_system_checks_pass() -> None:
+    """Django's checks (admin options, models, URLs) find nothing wrong with the app."""
+    call_command("check", "xsm_celery", fail_level="WARNING", verbosity=0)

@@ -32,8 +32,9 @@ from xsm_celery.django.conf import get_settings
 from xsm_celery.django.diagram import render_chart_svg
 from xsm_celery.django.models import AuditEntry, DeadLetterRecord
 from xsm_celery.django.operations import DeadLetterOperations
+from xsm_celery.patterns.dead_letter import DeadLetterReason
 
-__all__ = ["DeadLetterRecordAdmin", "ResolvedFilter"]
+__all__ = ["DeadLetterRecordAdmin", "ReasonFilter", "ResolvedFilter"]
 
 #: The changelist actions and the permission each needs (checked before Django's own).
 ACTION_PERMISSIONS = {
@@ -41,6 +42,23 @@ ACTION_PERMISSIONS = {
     "resolve_selected": "resolve",
     "purge_selected": "purge",
 }
+
+
+class ReasonFilter(admin.SimpleListFilter):
+    """Every reason the library writes, read from ``DeadLetterReason`` when the page is drawn.
+
+    The column has no ``choices``, so a reason added to the library needs no migration.
+    """
+
+    title = _("reason")
+    parameter_name = "reason"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [(r.value, r.value.replace("_", " ")) for r in DeadLetterReason]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        return queryset.filter(reason=value) if value else queryset
 
 
 class ResolvedFilter(admin.SimpleListFilter):
@@ -63,10 +81,10 @@ class ResolvedFilter(admin.SimpleListFilter):
 class DeadLetterRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """Triage of dead letters (see the module docstring for permissions)."""
 
-    list_display = ("short_id", "task_or_machine", "reason", "attempts", "last_error_short",
-                    "age", "resolved")
+    list_display = ("short_id", "task_or_machine", "reason_label", "attempts",
+                    "last_error_short", "age", "resolved")
     list_display_links = ("short_id",)
-    list_filter = ("reason", "task_name", "machine_id", ResolvedFilter, "taken_on")
+    list_filter = (ReasonFilter, "task_name", "machine_id", ResolvedFilter, "taken_on")
     search_fields = ("id", "task_id", "subject", "error_text")
     date_hierarchy = "taken_on"
     list_per_page = 50
@@ -115,6 +133,10 @@ class DeadLetterRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.display(description=_("id"), ordering="id")
     def short_id(self, obj: DeadLetterRecord) -> str:
         return obj.id[:13]
+
+    @admin.display(description=_("reason"), ordering="reason")
+    def reason_label(self, obj: DeadLetterRecord) -> str:
+        return obj.reason.replace("_", " ")
 
     @admin.display(description=_("task / machine"), ordering="task_name")
     def task_or_machine(self, obj: DeadLetterRecord) -> str:

@@ -7,8 +7,6 @@ import datetime as dt
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from xsm_celery.patterns.dead_letter import DeadLetterReason
-
 __all__ = [
     "AuditAction",
     "AuditEntry",
@@ -18,8 +16,6 @@ __all__ = [
     "MachineSnapshot",
     "OutboxMessage",
 ]
-
-REASON_CHOICES = [(r.value, r.value.replace("_", " ")) for r in DeadLetterReason]
 
 
 class AuditAction(models.TextChoices):
@@ -76,8 +72,8 @@ class DeadLetterRecord(models.Model):
         help_text=_("When the record was written, as a date for filters and the hierarchy."),
     )
     reason: models.CharField[str, str] = models.CharField(
-        _("reason"), max_length=32, choices=REASON_CHOICES, db_index=True,
-        help_text=_("Why the work was dead-lettered."),
+        _("reason"), max_length=32, db_index=True,
+        help_text=_("Why the work was dead-lettered (dead_letter_state, max_attempts, ...)."),
     )
     envelope: models.JSONField = models.JSONField(
         _("envelope"), null=True, blank=True,
