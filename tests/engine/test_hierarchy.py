@@ -144,8 +144,8 @@ def test_cross_region_target_resets_the_parallel_state() -> None:
     assert interp.value == {"r1": "a", "r2": "y"}
 
 
-def test_conflicting_region_transitions_keep_the_deeper_source() -> None:
-    """When a region's transition and an ancestor's exit the same states, the deeper wins."""
+def test_conflicting_sibling_regions_keep_the_earlier_one() -> None:
+    """Two regions whose transitions exit the same states: document order decides."""
     config = {
         "id": "m",
         "initial": "p",
@@ -163,6 +163,27 @@ def test_conflicting_region_transitions_keep_the_deeper_source() -> None:
     interp = started(config)
     interp.send("GO")
     assert interp.value == {"p": {"r1": "a2", "r2": "b"}}
+
+
+@pytest.mark.parametrize("handler_region", ["r1", "r2"])
+def test_leaf_transition_beats_a_conflicting_ancestor_transition(handler_region: str) -> None:
+    """A region leaf's own transition wins over its parallel ancestor's, whichever comes first."""
+    other = "r2" if handler_region == "r1" else "r1"
+    regions: dict[str, Any] = {
+        handler_region: {"initial": "a", "states": {"a": {"on": {"GO": "a2"}}, "a2": {}}},
+        other: {"initial": "b", "states": {"b": {}}},
+    }
+    config = {
+        "id": "m",
+        "initial": "p",
+        "states": {
+            "p": {"type": "parallel", "on": {"GO": "out"}, "states": dict(sorted(regions.items()))},
+            "out": {},
+        },
+    }
+    interp = started(config)
+    interp.send("GO")
+    assert interp.value == {"p": {handler_region: "a2", other: "b"}}
 
 
 def test_parallel_state_is_done_when_every_region_is_final() -> None:
