@@ -9,7 +9,8 @@ had started. The marker is read only for redelivered messages, so the common pat
 write.
 
 Where markers go (``xsm_attempt_markers``): the broker's Redis when the broker is Redis, else
-the result backend when it is a key-value store (Redis, memcached), else the timer database.
+the result backend's Redis, else the result backend when it is another key-value store
+(memcached), else the timer database.
 Any object with ``mark(task_id, attempt)`` and ``started(task_id)`` works too.
 """
 
@@ -60,28 +61,41 @@ class MemoryAttemptMarkers:
 
 
 class RedisAttemptMarkers:
-    """Markers as expiring Redis keys (``xsm:attempt:<task id>``)."""
+    """Markers as expiring Redis keys (``xsm:attempt:<task id>``).
 
-    def __init__(self, client: Any, ttl_s: float) -> None:
-        self._client = client
+    The marker is written before every attempt, so its cost is on every task's path: each
+    thread keeps one dedicated connection (``single_connection_client``), which skips the
+    connection pool's bookkeeping and costs a fraction of a pooled command.
+    """
+
+    def __init__(self, url: str, ttl_s: float) -> None:
+        self._url = url
         self._ttl = max(1, int(ttl_s))
+        self._local = threading.local()
 
     @classmethod
     def from_url(cls, url: str, ttl_s: float) -> RedisAttemptMarkers:
-        """Connect to the Redis at ``url``."""
-        # kombu's Redis transport and Celery's Redis backend both need redis-py, so a
-        # redis:// URL in the app's configuration means the package is installed.
-        import redis
+        """Markers in the Redis at ``url``."""
+        return cls(url, ttl_s)
 
-        return cls(redis.Redis.from_url(url), ttl_s)
+    def _client(self) -> Any:
+        client = getattr(self._local, "client", None)
+        if client is None:
+            # kombu's Redis transport and Celery's Redis backend both need redis-py, so a
+            # redis:// URL in the app's configuration means the package is installed.
+            import redis
+
+            client = redis.Redis.from_url(self._url, single_connection_client=True)
+            self._local.client = client
+        return client
 
     def mark(self, task_id: str, attempt: int) -> None:
         """Record the attempt with an expiry."""
-        self._client.set(_KEY + task_id, attempt, ex=self._ttl)
+        self._client().set(_KEY + task_id, attempt, ex=self._ttl)
 
     def started(self, task_id: str) -> int | None:
         """The recorded attempt, if the key has not expired."""
-        value = self._client.get(_KEY + task_id)
+        value = self._client().get(_KEY + task_id)
         return None if value is None else int(value)
 
 
@@ -111,23 +125,25 @@ def open_attempt_markers(app: Any, configured: Any, timer_store_url: Any, ttl_s:
             )
         return configured
     url = configured or _auto_url(app)
+    if url is None and _is_key_value(app.backend):
+        return BackendAttemptMarkers(app.backend)
     if url is None:
-        backend = app.backend
-        if _is_key_value(backend):
-            return BackendAttemptMarkers(backend)
         url = timer_store_url if isinstance(timer_store_url, str) else None
     if url is None:
         raise ConfigurationError(
-            "no place for attempt markers: the broker is not Redis, the result backend is "
-            "not a key-value store and xsm_timer_store is an object; set "
+            "no place for attempt markers: neither the broker nor the result backend is "
+            "Redis or another key-value store, and xsm_timer_store is an object; set "
             "app.conf.xsm_attempt_markers to a redis:// or database URL"
         )
     return _from_url(url, ttl_s)
 
 
 def _auto_url(app: Any) -> str | None:
-    broker = str(app.conf.broker_url or "")
-    return broker if broker.startswith(("redis://", "rediss://")) else None
+    """The broker's URL if it is Redis, else the result backend's if that is Redis."""
+    for url in (app.conf.broker_url, app.conf.result_backend):
+        if isinstance(url, str) and url.startswith(("redis://", "rediss://")):
+            return url
+    return None
 
 
 def _is_key_value(backend: Any) -> bool:

@@ -88,6 +88,20 @@ def _guard(engine: Engine, what: str) -> Iterator[None]:
         raise StoreError(f"timer store {safe_url(engine)!r} failed during {what}: {exc}") from exc
 
 
+def _create(engine: Engine, table: sa.Table) -> None:
+    """Create ``table`` if missing; losing the race to another process is not an error.
+
+    A worker and Beat (or two workers) often open the same fresh database at once: both see
+    no table and both issue ``CREATE TABLE``, and one of them fails although all is well.
+    """
+    with _guard(engine, "open"):
+        try:
+            _metadata.create_all(engine, tables=[table], checkfirst=True)
+        except sa.exc.SQLAlchemyError:
+            if not sa.inspect(engine).has_table(table.name):
+                raise
+
+
 def _finite(name: str, value: float) -> float:
     number = float(value)
     if math.isnan(number) or math.isinf(number):
@@ -106,8 +120,7 @@ class SQLAlchemyTimerStore:
     def __init__(self, engine: Engine | str | URL, *, wall: Callable[[], float] = time.time):
         self.engine = engine_for(engine)
         self._wall = wall
-        with _guard(self.engine, "open"):
-            _metadata.create_all(self.engine, tables=[_timers], checkfirst=True)
+        _create(self.engine, _timers)
 
     def schedule(self, key: str, due_at_wall: float, payload: dict[str, Any]) -> str:
         """Store a timer for ``key`` due at ``due_at_wall`` (epoch s); return its id."""
@@ -209,8 +222,7 @@ class SQLAlchemyAttemptMarkers:
         self.engine = engine_for(engine)
         self._ttl = float(ttl_s)
         self._wall = wall
-        with _guard(self.engine, "open"):
-            _metadata.create_all(self.engine, tables=[_markers], checkfirst=True)
+        _create(self.engine, _markers)
 
     @classmethod
     def from_url(cls, url: str, ttl_s: float) -> SQLAlchemyAttemptMarkers:
