@@ -141,11 +141,14 @@ def _check(config: RelayConfig) -> None:
 def _build(app: Any, config: RelayConfig) -> OutboxRelay:
     outbox = config.outbox
     if isinstance(outbox, str):
+        # A URL names the same table the application's SQLAlchemyStore writes, so the
+        # celery integration opens it with the sqlalchemy one (as stores.py does).
         from xsm_celery.sqlalchemy import SQLAlchemyOutboxStore
 
         outbox = SQLAlchemyOutboxStore(outbox)
     broker = config.broker
     if broker is None or isinstance(broker, str):
+        # celery may use kombu: the relay publishes over the app's own broker connection.
         from xsm_celery.kombu import KombuBrokerAdapter
 
         target = broker if isinstance(broker, str) else app.connection_for_write()

@@ -116,6 +116,10 @@ class KombuBrokerAdapter:
         self.drain_grace_s = float(drain_grace_s)
         self._pub_lock = threading.RLock()
         self._sub_lock = threading.RLock()
+        self._pub_errors: tuple[tuple[type[BaseException], ...], ...] = (
+            tuple(self._pub_conn.connection_errors),
+            (*self._pub_conn.channel_errors, KombuError, MessageNacked),
+        )
         self._sub_errors: tuple[type[BaseException], ...] = (
             *self._sub_conn.connection_errors,
             *self._sub_conn.channel_errors,
@@ -173,7 +177,9 @@ class KombuBrokerAdapter:
         """Yield deliveries of ``topic`` in per-subject order.
 
         With ``timeout`` the iteration ends after that many idle seconds (``0`` waits
-        ``drain_grace_s`` for messages already on their way); without it, it never ends.
+        ``drain_grace_s`` for messages already on their way), or at once when the caller
+        holds a full prefetch window unsettled (the broker sends nothing more until some
+        are settled); without ``timeout`` it never ends.
 
         Raises:
             BrokerError: the broker stayed unreachable through ``retries`` reconnects.
@@ -188,7 +194,7 @@ class KombuBrokerAdapter:
                 idle_since = time.monotonic()
                 continue
             waited = time.monotonic() - idle_since
-            if limit is not None and waited >= limit:
+            if limit is not None and (waited >= limit or sub.in_flight >= self.prefetch):
                 return
             budget = _POLL_S if limit is None else min(_POLL_S, limit - waited)
             self._pump(max(budget, 0.001))
@@ -259,13 +265,8 @@ class KombuBrokerAdapter:
         dedup); a refusal by the broker (a negative publisher confirm, a declare the
         broker rejects, a failed Redis pipeline) is not, since it would fail again.
         """
+        lost, refused = self._pub_errors
         with self._pub_lock:
-            lost = self._pub_conn.connection_errors
-            refused: tuple[type[BaseException], ...] = (
-                *self._pub_conn.channel_errors,
-                KombuError,
-                MessageNacked,
-            )
             for attempt in range(self.retries + 1):
                 try:
                     action(self._ensure_producer())
