@@ -19,6 +19,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from tests.persistence.store_contract import StateStoreContract
 from xsm_celery.errors import ConflictError, LockTimeoutError, StoreError
 from xsm_celery.persistence.protocols import StateStore
 from xsm_celery.sqlalchemy.connect import make_engine
@@ -58,6 +59,10 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Databas
 def store(database: Database) -> SQLAlchemyStore:
     """A snapshot store on the fresh database."""
     return SQLAlchemyStore(database())
+
+
+class TestSQLAlchemyStoreContract(StateStoreContract):
+    """SQLAlchemyStore keeps the snapshot store contract on SQLite and PostgreSQL."""
 
 
 def test_store_satisfies_the_state_store_protocol(store: SQLAlchemyStore) -> None:
