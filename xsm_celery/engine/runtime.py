@@ -16,6 +16,7 @@ import itertools
 import logging
 import threading
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from xsm_celery.engine.chart import StateNode, Transition
@@ -105,30 +106,15 @@ class Core(StateView, Selection, Delivery, Snapshots, EffectsMixin):
             root = self.machine.root
             cached = self._cache[_INIT] = (initial_plan(root), Transition(root, _INIT, ""))
         plan, trans = cached
-        event = EngineEvent(_INIT, None, self.machine.id)
-        self._guarded_run(lambda: self._initial_step(plan, event, trans))
+        self._guarded(lambda event: self._initial_step(plan, event, trans),
+                      EngineEvent(_INIT, None, self.machine.id))  # fmt: skip
 
-    def _initial_step(self, plan: Plan, event: EngineEvent, trans: Transition) -> None:
+    def _initial_step(self, plan: Plan, event: Event, trans: Transition) -> bool:
         self._apply(plan, (), event, (trans,))
         self._settle(event)
         if self._internal or self._pending_invokes:
             self._settle_internal()
-
-    def _guarded_run(self, body: Any) -> None:
-        """Run a step body with the processing flag set, then the events actions sent."""
-        self._processing = True
-        self._run_error = None
-        self._steps = 0
-        try:
-            body()
-            self._drain_queue()
-        except BaseException:
-            self._queue.clear()
-            self._internal.clear()
-            self._pending_invokes.clear()
-            raise
-        finally:
-            self._processing = False
+        return False
 
     def _drain_queue(self) -> None:
         handled = 0
@@ -150,11 +136,19 @@ class Core(StateView, Selection, Delivery, Snapshots, EffectsMixin):
 
         Returns whether the event was denied (handled here, but every guard said no).
         """
+        return self._guarded(self._process, event)
+
+    def _guarded(self, body: Callable[[Event], bool], event: Event) -> bool:
+        """Run ``body(event)`` as one step: processing flag set, queued events drained after.
+
+        If the step raises (a runaway chain), queued and internal events are dropped so the
+        next send starts clean; the configuration is whatever the last whole microstep left.
+        """
         self._processing = True
         self._run_error = None
         self._steps = 0
         try:
-            denied = self._process(event)
+            denied = body(event)
             if self._queue:
                 self._drain_queue()
         except BaseException:
@@ -203,9 +197,14 @@ class Core(StateView, Selection, Delivery, Snapshots, EffectsMixin):
 
     def _run_pending_invokes(self) -> None:
         """Start invocations queued outside a step (a restore with ``restart_services``)."""
-        self._guarded_run(self._settle_internal)
+        self._guarded(self._restart_step, Event(_INIT))
+
+    def _restart_step(self, event: Event) -> bool:
+        self._settle_internal()
+        return False
 
     def _settle_internal(self) -> None:
+        """Process internal events and start pending invocations until neither is left."""
         while self._status == RUNNING:
             if self._internal:
                 self._process(self._internal.popleft())
