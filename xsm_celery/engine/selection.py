@@ -35,6 +35,11 @@ class Selection:
     _denied: bool
 
     def _select(self, event: Event) -> tuple[Transition, ...] | None:
+        """The transitions ``event`` enables, or None; sets ``_denied`` when guards refused.
+
+        One active leaf (no parallel state active) is the common case and gets a loop of its
+        own, free of the bookkeeping parallel selection needs.
+        """
         leaves = self._leaves
         if len(leaves) == 1:
             candidates = leaves[0].handlers.get(event.type)
@@ -49,6 +54,7 @@ class Selection:
         return self._select_many([leaf.handlers.get(event.type) for leaf in leaves], event)
 
     def _select_eventless(self, event: Event) -> tuple[Transition, ...] | None:
+        """The enabled ``always`` transitions; guards see the event that led here."""
         leaves = self._leaves
         if len(leaves) == 1:
             for trans in leaves[0].eventless:
