@@ -39,10 +39,27 @@ def topic(broker_url: str) -> Iterator[str]:
             cleanup.delete(name)
 
 
-def _app(broker_url: str) -> Celery:
+@pytest.fixture
+def apps() -> Iterator[list[Celery]]:
+    """Apps made by a test; their task queues are deleted afterwards."""
+    made: list[Celery] = []
+    yield made
+    for app in made:
+        name = app.conf.task_default_queue
+        with app.connection_for_write() as conn:
+            conn.default_channel.queue_delete(name)
+            client = getattr(conn.default_channel, "client", None)
+            if client is not None:
+                keys = list(client.scan_iter(match=f"*{name}*"))
+                if keys:
+                    client.delete(*keys)
+
+
+def _app(broker_url: str, apps: list[Celery]) -> Celery:
     app = Celery(f"consumer-tests-{new_id()}", broker=broker_url, set_as_current=False)
     app.conf.task_default_queue = f"consumer-tasks-{new_id()}"
     app.conf.broker_connection_retry_on_startup = True
+    apps.append(app)
     return app
 
 
@@ -59,9 +76,11 @@ def _publish(url: str, topic: str, envelopes: list[Envelope], partitions: int = 
         producer.publish_many(topic, envelopes)
 
 
-def test_step_dispatches_envelopes_beside_ordinary_tasks(broker_url: str, topic: str) -> None:
+def test_step_dispatches_envelopes_beside_ordinary_tasks(
+    broker_url: str, topic: str, apps: list[Celery]
+) -> None:
     """Envelopes reach their instances in order while the same worker runs plain tasks."""
-    app = _app(broker_url)
+    app = _app(broker_url, apps)
     ran: list[int] = []
     done = threading.Event()
 
@@ -98,10 +117,10 @@ def _step(subject: str, n: int) -> Envelope:
 
 
 def test_failing_delivery_is_retried_by_the_timer_then_dead_lettered(
-    broker_url: str, topic: str
+    broker_url: str, topic: str, apps: list[Celery]
 ) -> None:
     """A poison envelope is retried on the step's timer and dead-lettered at max_attempts."""
-    app = _app(broker_url)
+    app = _app(broker_url, apps)
     calls: list[int] = []
     dlq = MemoryDeadLetterStore()
 
@@ -121,13 +140,15 @@ def test_failing_delivery_is_retried_by_the_timer_then_dead_lettered(
         assert list(probe.subscribe(topic, timeout=0.3)) == []
 
 
-def test_corrupt_body_is_dead_lettered_by_the_dispatcher(broker_url: str, topic: str) -> None:
+def test_corrupt_body_is_dead_lettered_by_the_dispatcher(
+    broker_url: str, topic: str, apps: list[Celery]
+) -> None:
     """A body that is not an envelope ends as a corrupt dead letter; the next one runs."""
     from kombu import Connection, Producer
 
     from xsm_celery.kombu.wire import ANONYMOUS, CONTENT_TYPE
 
-    app = _app(broker_url)
+    app = _app(broker_url, apps)
     dlq = MemoryDeadLetterStore()
     store = MemoryStore()
     install_dispatcher(

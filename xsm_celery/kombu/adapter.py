@@ -232,7 +232,10 @@ class KombuBrokerAdapter:
         with self._pub_lock:
             channel = self._pub_conn.default_channel
             for name in self.partitioning.all_queues(topic):
-                self._queue(name)(channel).delete()
+                bound = self._queue(name)(channel)
+                # Virtual transports delete only queues this channel knows: declare first.
+                bound.declare()
+                bound.delete()
                 self._declared.discard(name)
 
     def close_subscription(self, topic: str) -> None:
