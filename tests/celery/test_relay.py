@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -145,3 +146,38 @@ def test_several_relays_at_once_publish_each_row_once(
             got.append(delivery.envelope.id)
             delivery.ack()
     assert sorted(got) == sorted(e.id for e in sent)
+
+
+def test_a_worker_runs_the_relay_task_sent_by_name(
+    tmp_path: Path, redis_events: tuple[str, str]
+) -> None:
+    """Beat sends the task by name; a real (in-process) worker relays the outbox."""
+    from celery.contrib.testing.worker import start_worker
+
+    url, topic = redis_events
+    app = Celery(f"relay-worker-{new_id()}", broker=url, set_as_current=False)
+    app.conf.task_default_queue = f"relay-tasks-{new_id()}"
+    outbox = SQLAlchemyOutboxStore(f"sqlite:///{tmp_path / 'outbox.db'}")
+    sent = _envs(12)
+    outbox.add_many([(topic, env) for env in sent])
+    install_relay(app, outbox, batch=5)
+    try:
+        with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
+            app.send_task(RELAY_OUTBOX_TASK)
+            deadline = time.monotonic() + 20
+            while outbox.count(pending_only=True) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        assert outbox.count(pending_only=True) == 0
+        got: list[str] = []
+        with KombuBrokerAdapter(url) as consumer:
+            for delivery in consumer.subscribe(topic, timeout=1):
+                got.append(delivery.envelope.id)
+                delivery.ack()
+        assert got == [e.id for e in sent]
+    finally:
+        with app.connection_for_write() as conn:
+            conn.default_channel.queue_delete(app.conf.task_default_queue)
+            client = conn.default_channel.client
+            keys = list(client.scan_iter(match=f"*{app.conf.task_default_queue}*"))
+            if keys:
+                client.delete(*keys)
