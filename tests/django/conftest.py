@@ -9,6 +9,7 @@ the browser test, whose server thread uses its own connection.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -57,8 +58,8 @@ def _postgres_db(request: pytest.FixtureRequest) -> Iterator[str]:
 
     connection = connections["postgres"]
     old_name = connection.settings_dict["NAME"]
-    blocker = _blocker(request)
-    with blocker:
+    with _blocker(request):
+        _drop_stale_databases(connection)
         connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False)
     yield "postgres"
     with _blocker(request):
@@ -70,6 +71,20 @@ def _postgres_db(request: pytest.FixtureRequest) -> Iterator[str]:
                 "WHERE datname = current_database() AND pid <> pg_backend_pid()"
             )
         connection.creation.destroy_test_db(old_name, verbosity=0)
+
+
+def _drop_stale_databases(connection: Any) -> None:
+    """Drop test databases left by runs that were killed (their process is gone)."""
+    if not os.path.isdir("/proc"):
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT datname FROM pg_database WHERE datname LIKE 'xsm_django_test_%%'")
+        names = [row[0] for row in cursor.fetchall()]
+    for name in names:
+        pid = name.rsplit("_", 1)[-1]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            with connection._nodb_cursor() as cursor:
+                cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _blocker(request: pytest.FixtureRequest) -> Any:
