@@ -5,13 +5,12 @@ logs in, filters the list down to it, reads the error chain and the diagram, fix
 gateway and replays it with a reason, sees the audit row, and the replayed task succeeds
 on the same worker. A read-only operator sees no replay button and gets 403 posting one.
 Screenshots go to ``artifacts/django-admin/``. The browser is Debian's ``chromium``; the test
-installs nothing and skips when it is absent (CI installs it first).
+installs nothing; it skips when it is absent, and fails under CI (``.ci/run`` installs it).
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests import services
 from tests.contract_dead_letters import make_record
 from tests.django.admin_support import MEMORY_APP, PASSWORD, make_user, sent_tasks, task_record
 from xsm_celery.django.models import DeadLetterRecord
@@ -76,8 +76,11 @@ def gateway(redis_url: str) -> Iterator[Any]:
 @pytest.fixture
 def chromium_browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """Headless Debian Chromium driven by Playwright."""
-    if not Path(CHROMIUM).exists() and shutil.which("chromium") is None:
-        pytest.skip("Debian's chromium is not installed (apt-get install -y chromium)")
+    if not Path(CHROMIUM).exists():
+        message = "Debian's chromium is not installed (apt-get install -y chromium)"
+        if services.in_ci():
+            pytest.fail(message)
+        pytest.skip(message)
     from playwright.sync_api import sync_playwright
 
     # Playwright's sync API keeps an event loop running in this thread, and Django refuses
