@@ -160,7 +160,13 @@ def main() -> None:
         p, c = max(plain_rates), max(chart_rates)
         pm, cm = statistics.median(plain_rates), statistics.median(chart_rates)
         rows.append(
-            [label, f"{p:,.0f}", f"{c:,.0f}", f"{c / p:.0%}", f"{pm:,.0f} / {cm:,.0f} ({cm / pm:.0%})"]
+            [
+                label,
+                f"{p:,.0f}",
+                f"{c:,.0f}",
+                f"{c / p:.0%}",
+                f"{pm:,.0f} / {cm:,.0f} ({cm / pm:.0%})",
+            ]
         )
     headers = ["solo worker, Redis", "autoretry_for tasks/s", "ChartTask tasks/s", "chart/plain"]
     print(table([*headers, "medians (ratio)"], rows))

@@ -24,8 +24,10 @@ def cluster(
     services.require("redis")
     services.require(request.param)
     backend = _with_db(services.REDIS_URL, BACKEND_DB)
-    broker = _with_db(services.REDIS_URL, BROKER_DB) if request.param == "redis" else (
-        services.RABBITMQ_URL
+    broker = (
+        _with_db(services.REDIS_URL, BROKER_DB)
+        if request.param == "redis"
+        else (services.RABBITMQ_URL)
     )
     workdir: Path = tmp_path_factory.mktemp(f"cluster-{request.param}")
     group = Cluster(broker=broker, backend=backend, workdir=workdir)

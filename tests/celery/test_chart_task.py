@@ -35,7 +35,7 @@ def store_of(app: Celery) -> Any:
 def test_success_on_the_first_attempt_returns_the_value(app: Celery) -> None:
     """A function that returns at once: SUCCESS with its value and no dead letter."""
 
-    @app.task(base=ChartTask)
+    @app.task(shared=False, base=ChartTask)
     def double(x: int) -> int:
         return x * 2
 
@@ -49,9 +49,13 @@ def test_retries_run_under_the_same_id_with_the_snapshot_header(app: Celery) -> 
     """Each eager retry is the same task id and carries the chart snapshot in its headers."""
     seen: list[tuple[str, int, Any]] = []
 
-    @app.task(base=ChartTask, bind=True, retry_policy=RetryPolicy(base_ms=5, jitter="none"))
+    @app.task(
+        shared=False, base=ChartTask, bind=True, retry_policy=RetryPolicy(base_ms=5, jitter="none")
+    )
     def flaky(self: Any) -> str:
-        seen.append((self.request.id, self.request.retries, (self.request.headers or {}).get(HEADER)))
+        seen.append(
+            (self.request.id, self.request.retries, (self.request.headers or {}).get(HEADER))
+        )
         if len(seen) < 3:
             raise ConnectionError("again")
         return "ok"
@@ -67,7 +71,11 @@ def test_retries_run_under_the_same_id_with_the_snapshot_header(app: Celery) -> 
 def test_exhaustion_writes_one_full_dead_letter(app: Celery) -> None:
     """Three failures: FAILURE with the last error and one redacted record, oldest error first."""
 
-    @app.task(base=ChartTask, retry_policy=RetryPolicy(max_attempts=3, base_ms=1, jitter="none"))
+    @app.task(
+        shared=False,
+        base=ChartTask,
+        retry_policy=RetryPolicy(max_attempts=3, base_ms=1, jitter="none"),
+    )
     def charge(order_id: str, card_token: str, *, amount: int, api_key: str) -> None:
         raise ConnectionError(f"gateway 503 for {order_id} (try {len(store_of(app).all())})")
 
@@ -86,7 +94,9 @@ def test_exhaustion_writes_one_full_dead_letter(app: Celery) -> None:
     assert record.errors[0]["source"] == "service"
     assert record.state_id == "task.deadLettered"
     assert record.machine_id == "task"
-    assert record.machine_hash == type(charge._get_current_object())._xsm_bound.machine.structure_hash
+    assert (
+        record.machine_hash == type(charge._get_current_object())._xsm_bound.machine.structure_hash
+    )
     assert "_xsm_errors" not in record.snapshot["context"]
     assert record.hostname
 
@@ -95,7 +105,7 @@ def test_give_up_on_dead_letters_on_the_first_failure(app: Celery) -> None:
     """An exception listed in give_up_on is not retried: attempts 1, reason non_retryable."""
     calls: list[int] = []
 
-    @app.task(base=ChartTask, give_up_on=(ValueError,))
+    @app.task(shared=False, base=ChartTask, give_up_on=(ValueError,))
     def validate(x: int) -> None:
         calls.append(x)
         raise ValueError("negative amount")
@@ -111,7 +121,7 @@ def test_give_up_on_dead_letters_on_the_first_failure(app: Celery) -> None:
 def test_retry_on_limits_what_is_retried(app: Celery) -> None:
     """With retry_on=(ConnectionError,), a KeyError dead-letters at once."""
 
-    @app.task(base=ChartTask, retry_on=(ConnectionError,))
+    @app.task(shared=False, base=ChartTask, retry_on=(ConnectionError,))
     def lookup() -> None:
         raise KeyError("sku-1")
 
@@ -131,7 +141,7 @@ def test_policy_rng_gives_the_exact_countdowns(app: Celery) -> None:
 
     policy = RetryPolicy(max_attempts=4, base_ms=333, jitter="full", rng=random.Random(5).random)
 
-    @app.task(base=Recording, retry_policy=policy)
+    @app.task(shared=False, base=Recording, retry_policy=policy)
     def flaky() -> None:
         raise ConnectionError("x")
 
@@ -143,7 +153,7 @@ def test_policy_rng_gives_the_exact_countdowns(app: Celery) -> None:
 def test_celery_control_exceptions_pass_through(app: Celery) -> None:
     """Ignore raised by the task is Celery's, not a failure: no retry, no dead letter."""
 
-    @app.task(base=ChartTask)
+    @app.task(shared=False, base=ChartTask)
     def skip() -> None:
         raise Ignore()
 
@@ -163,7 +173,7 @@ def test_on_failure_and_task_failure_signal_see_the_users_exception(app: Celery)
     def handler(sender: Any = None, exception: Any = None, **_: Any) -> None:
         seen.append(f"signal:{type(exception).__name__}")
 
-    @app.task(base=Hooked, retry_policy=RetryPolicy(max_attempts=2, base_ms=1))
+    @app.task(shared=False, base=Hooked, retry_policy=RetryPolicy(max_attempts=2, base_ms=1))
     def flaky() -> None:
         raise OSError("disk full")
 
@@ -178,7 +188,7 @@ def test_on_failure_and_task_failure_signal_see_the_users_exception(app: Celery)
 def test_a_direct_call_runs_the_plain_function(app: Celery) -> None:
     """Calling the task object directly runs the function once: no chart, no retry."""
 
-    @app.task(base=ChartTask)
+    @app.task(shared=False, base=ChartTask)
     def boom() -> None:
         raise ConnectionError("direct")
 
@@ -198,7 +208,7 @@ def test_a_failing_store_logs_the_record_and_still_fails_the_task(
 
     app.conf.xsm_dead_letter_store = Down()
 
-    @app.task(base=ChartTask, retry_policy=RetryPolicy(max_attempts=1))
+    @app.task(shared=False, base=ChartTask, retry_policy=RetryPolicy(max_attempts=1))
     def once() -> None:
         raise ConnectionError("nope")
 
@@ -220,7 +230,7 @@ def test_a_chart_that_gives_up_without_an_error_fails_with_task_gave_up(app: Cel
         },
     }
 
-    @app.task(base=ChartTask, retry_chart=chart)
+    @app.task(shared=False, base=ChartTask, retry_chart=chart)
     def fine() -> int:
         return 1
 
@@ -233,7 +243,9 @@ def test_a_zero_delay_is_still_a_celery_retry(app: Celery) -> None:
     """base_ms=0 retries through Celery (countdown 0), one attempt per run, never in-run."""
     calls: list[int] = []
 
-    @app.task(base=ChartTask, bind=True, retry_policy=RetryPolicy(max_attempts=4, base_ms=0))
+    @app.task(
+        shared=False, base=ChartTask, bind=True, retry_policy=RetryPolicy(max_attempts=4, base_ms=0)
+    )
     def instant(self: Any) -> int:
         calls.append(self.request.retries)
         if len(calls) < 4:

@@ -147,7 +147,7 @@ def test_a_task_that_always_kills_its_worker_is_dead_lettered(
 def test_long_delay_waits_in_the_timer_store_until_beat_publishes_it(
     cluster: Cluster, results_redis: redis_lib.Redis
 ) -> None:
-    """A 1.5 s delay (over the 1 s limit) is a timer row: nothing runs until Beat is up."""
+    """A 2.5 s delay (over the 2 s limit) is a timer row: nothing runs until Beat is up."""
     from xsm_celery.sqlalchemy.timers import SQLAlchemyTimerStore
 
     tag = uuid.uuid4().hex
@@ -191,3 +191,18 @@ def test_replay_sends_the_dead_letter_again_with_a_fresh_chart(
     with pytest.raises(ValueError):
         AsyncResult(done.task_id, app=app).get(timeout=30)
     assert int(results_redis.get(workerapp.calls_key(tag)) or 0) == 3
+
+
+def test_a_countdown_handed_back_by_a_restarting_worker_is_not_a_lost_attempt(
+    cluster: Cluster, results_redis: redis_lib.Redis
+) -> None:
+    """A retry held for its countdown comes back redelivered after a restart and runs normally."""
+    tag = uuid.uuid4().hex
+    result = send(cluster, "held_retry", tag)
+    wait_for(lambda: retries(results_redis, result.id), 20, "the first retry")
+    first = cluster.procs[0]
+    cluster.stop(first)
+    cluster.start_worker("w2")
+    assert result.get(timeout=40) is True
+    assert [cause for _, _, cause in retries(results_redis, result.id)] == ["ConnectionError"]
+    assert int(results_redis.get(workerapp.calls_key(tag)) or 0) == 2

@@ -42,7 +42,7 @@ app.conf.update(
     result_expires=600,
     xsm_dead_letter_store=os.environ.get("XSM_TEST_DLQ", "memory://workerapp"),
     xsm_timer_store=os.environ.get("XSM_TEST_TIMERS", "sqlite:///xsm_test_timers.db"),
-    xsm_timer_countdown_max_s=1.0,
+    xsm_timer_countdown_max_s=2.0,
 )
 xsm = Xsm(app)
 app.conf.beat_schedule = xsm.beat_schedule(timers_every=0.25)
@@ -73,6 +73,7 @@ def _record_retry(sender: Any = None, request: Any = None, reason: Any = None, *
 
 
 @app.task(
+    shared=False,
     base=ChartTask,
     retry_policy=RetryPolicy(**JITTER_POLICY, rng=random.Random(JITTER_SEED).random),
 )
@@ -83,13 +84,14 @@ def jittered(tag: str, failures: int) -> str:
     return f"ok:{tag}"
 
 
-@xsm.task(retry_policy=RetryPolicy(max_attempts=3, base_ms=20, jitter="none"))
+@xsm.task(shared=False, retry_policy=RetryPolicy(max_attempts=3, base_ms=20, jitter="none"))
 def exhausted(tag: str, card_token: str = "tok_live_4242") -> None:
     """Always fail, so the third failure dead-letters."""
     raise ConnectionError(f"attempt {_count(tag)} refused")
 
 
 @xsm.task(
+    shared=False,
     retry_policy=RetryPolicy(max_attempts=5, base_ms=20, jitter="none"),
     give_up_on=(ValueError,),
 )
@@ -105,6 +107,7 @@ def _note_decline(interp: Any, ctx: dict[str, Any], event: Any, action: Any) -> 
 
 
 @xsm.task(
+    shared=False,
     retry_policy=RetryPolicy(max_attempts=2, base_ms=20, jitter="none"),
     retry_chart=str(CHARTS / "payment_retry.json"),
     chart_logic=MachineLogic(actions={"noteDecline": _note_decline}),
@@ -114,7 +117,7 @@ def pays(tag: str) -> None:
     raise ConnectionError(f"card declined ({_count(tag)})")
 
 
-@xsm.task(retry_policy=RetryPolicy(max_attempts=3, base_ms=20, jitter="none"))
+@xsm.task(shared=False, retry_policy=RetryPolicy(max_attempts=3, base_ms=20, jitter="none"))
 def kills_worker(tag: str, times: int) -> str:
     """SIGKILL the process running it on the first ``times`` calls, then succeed."""
     if _count(tag) <= times:
@@ -122,9 +125,19 @@ def kills_worker(tag: str, times: int) -> str:
     return f"survived:{tag}"
 
 
-@xsm.task(retry_policy=RetryPolicy(max_attempts=3, base_ms=1500, jitter="none"))
+@xsm.task(shared=False, retry_policy=RetryPolicy(max_attempts=3, base_ms=2500, jitter="none"))
 def slow_retry(tag: str) -> str:
-    """Fail once; the 1.5 s retry delay is above the 1 s countdown limit (a timer row)."""
+    """Fail once; the 2.5 s retry delay is above the 2 s countdown limit (a timer row)."""
     if _count(tag) == 1:
         raise ConnectionError("rate limited, come back later")
     return f"late:{tag}"
+
+
+@xsm.task(
+    shared=False, bind=True, retry_policy=RetryPolicy(max_attempts=3, base_ms=1500, jitter="none")
+)
+def held_retry(self: Any, tag: str) -> bool:
+    """Fail once; the retry waits 1.5 s in the worker; report whether it came redelivered."""
+    if _count(tag) == 1:
+        raise ConnectionError("try again shortly")
+    return bool((self.request.delivery_info or {}).get("redelivered"))

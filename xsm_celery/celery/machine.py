@@ -76,13 +76,13 @@ def _check_shape(task_name: str, machine: Any) -> None:
     if not any(inv.src == WORK_SERVICE for inv in machine.invokes):
         raise ConfigurationError(
             f"task {task_name!r}: retry chart {machine.id!r} never invokes {WORK_SERVICE!r}; "
-            f"the state that runs the task needs \"invoke\": {{\"src\": \"{WORK_SERVICE}\"}}"
+            f'the state that runs the task needs "invoke": {{"src": "{WORK_SERVICE}"}}'
         )
     if not any(DEAD_LETTER_TAG in node.tags for node in machine.iter_states()):
         raise ConfigurationError(
             f"task {task_name!r}: retry chart {machine.id!r} has no state tagged "
             f"{DEAD_LETTER_TAG!r}, so the task could never give up; tag the terminal failure "
-            f"state with \"tags\": [\"{DEAD_LETTER_TAG}\"]"
+            f'state with "tags": ["{DEAD_LETTER_TAG}"]'
         )
 
 

@@ -1,0 +1,152 @@
+"""run_chart across message boundaries: one attempt per run, exact delays, give-up in the last run."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from celery.exceptions import Ignore
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from xsm_celery.celery.attempt import Outcome, Run, run_chart
+from xsm_celery.celery.machine import build_task_machine
+from xsm_celery.celery.task import CONTROL_EXCEPTIONS
+from xsm_celery.errors import ConfigurationError, WorkerLost
+from xsm_celery.patterns import ERRORS_CONTEXT_KEY, RetryPolicy
+
+
+def machine_for(policy: RetryPolicy, chart: Any = None) -> Any:
+    """The machine a ChartTask with ``policy`` would run."""
+    return build_task_machine("t", chart, policy, control=CONTROL_EXCEPTIONS)
+
+
+def failing(times: int, calls: list[int]) -> Callable[[], str]:
+    """A function that fails ``times`` times, then returns "ok"; ``calls`` counts calls."""
+
+    def call() -> str:
+        calls.append(1)
+        if len(calls) <= times:
+            raise ConnectionError(f"failure {len(calls)}")
+        return "ok"
+
+    return call
+
+
+def drive(machine: Any, call: Callable[[], Any], limit: int = 20) -> tuple[Outcome, list[float]]:
+    """Run like Celery would: each retry's snapshot goes into the next run's message."""
+    snapshot: str | None = None
+    delays: list[float] = []
+    for _ in range(limit):
+        outcome = run_chart(machine, snapshot, Run(call=call))
+        if outcome.kind != "retry":
+            return outcome, delays
+        assert outcome.delay_ms is not None
+        delays.append(outcome.delay_ms)
+        snapshot = outcome.interpreter.get_snapshot()
+    raise AssertionError("the chart never settled")
+
+
+def expected_delays(policy_args: dict[str, Any], seed: int, count: int) -> list[float]:
+    """The delays a fresh policy with the same seed gives, chaining the previous delay."""
+    policy = RetryPolicy(**policy_args, rng=random.Random(seed).random)
+    delays: list[float] = []
+    previous = None
+    for attempt in range(1, count + 1):
+        previous = policy.delay_ms(attempt, previous_ms=previous)
+        delays.append(previous)
+    return delays
+
+
+POLICIES = st.fixed_dictionaries(
+    {
+        "max_attempts": st.integers(1, 6),
+        "base_ms": st.floats(0, 5_000),
+        "factor": st.floats(1, 3),
+        "jitter": st.sampled_from(["none", "full", "equal", "decorrelated"]),
+    }
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(args=POLICIES, seed=st.integers(0, 2**32), failures=st.integers(0, 8))
+def test_runs_follow_the_policy_exactly(args: dict[str, Any], seed: int, failures: int) -> None:
+    """Calls = min(failures+1, max_attempts); delays equal a fresh seeded policy's; give-up in run."""
+    max_attempts = args["max_attempts"]
+    machine = machine_for(RetryPolicy(**args, rng=random.Random(seed).random))
+    calls: list[int] = []
+    outcome, delays = drive(machine, failing(failures, calls))
+    if failures < max_attempts:
+        assert outcome.kind == "done"
+        assert outcome.run.result == "ok"
+        assert len(calls) == failures + 1
+        assert delays == expected_delays(args, seed, failures)
+    else:
+        assert outcome.kind == "give_up"
+        assert len(calls) == max_attempts
+        assert delays == expected_delays(args, seed, max_attempts - 1)
+        chain = outcome.interpreter.context[ERRORS_CONTEXT_KEY]
+        assert [e["message"] for e in chain] == [f"failure {n}" for n in range(1, max_attempts + 1)]
+
+
+def test_a_lost_attempt_is_recorded_instead_of_running_the_function() -> None:
+    """With run.lost set, the function is not called and WorkerLost enters the chain."""
+    machine = machine_for(RetryPolicy(max_attempts=3, base_ms=10, jitter="none"))
+    calls: list[int] = []
+    run = Run(call=failing(0, calls), lost=WorkerLost("died"))
+    outcome = run_chart(machine, None, run)
+    assert outcome.kind == "retry"
+    assert calls == []
+    assert isinstance(run.error, WorkerLost)
+    assert outcome.interpreter.context[ERRORS_CONTEXT_KEY][0]["type"] == "WorkerLost"
+
+
+def test_the_marker_is_written_before_each_attempt_with_its_number() -> None:
+    """mark(n) is called with 1, 2, 3 as the attempts run, before the function."""
+    machine = machine_for(RetryPolicy(max_attempts=3, base_ms=1, jitter="none"))
+    marks: list[int] = []
+    calls: list[int] = []
+    snapshot = None
+    for _ in range(3):
+        outcome = run_chart(machine, snapshot, Run(call=failing(5, calls), mark=marks.append))
+        snapshot = outcome.interpreter.get_snapshot()
+    assert marks == [1, 2, 3]
+    assert outcome.kind == "give_up"
+
+
+def test_a_control_exception_is_handed_back_untouched() -> None:
+    """Ignore from the function is returned as a control outcome, not counted as a failure."""
+    machine = machine_for(RetryPolicy())
+    signal = Ignore()
+
+    def call() -> None:
+        raise signal
+
+    outcome = run_chart(machine, None, Run(call=call))
+    assert outcome.kind == "control"
+    assert outcome.run.control is signal
+    assert ERRORS_CONTEXT_KEY not in outcome.interpreter.context
+
+
+def test_a_chart_that_stalls_is_a_configuration_error() -> None:
+    """A non-final state with no timer after the attempt cannot become a Celery action."""
+    chart = {
+        "id": "stall",
+        "initial": "attempting",
+        "context": {"attempt": 0},
+        "states": {
+            "attempting": {"invoke": {"src": "work", "onDone": "done", "onError": "stuck"}},
+            "stuck": {"on": {"NEVER": "done"}},
+            "done": {"type": "final"},
+            "dead": {"type": "final", "tags": ["dead-letter"]},
+        },
+    }
+    machine = machine_for(RetryPolicy(), chart)
+
+    def call() -> None:
+        raise ConnectionError("x")
+
+    with pytest.raises(ConfigurationError, match=r"settled in \['stall.stuck'\]"):
+        run_chart(machine, None, Run(call=call))

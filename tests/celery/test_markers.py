@@ -1,0 +1,112 @@
+"""Attempt markers: where they go, and how a redelivery is classified with them."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from celery import Celery
+
+from xsm_celery.celery.execute import _lost_attempt
+from xsm_celery.celery.markers import (
+    BackendAttemptMarkers,
+    MemoryAttemptMarkers,
+    RedisAttemptMarkers,
+    open_attempt_markers,
+)
+from xsm_celery.errors import ConfigurationError, WorkerLost
+from xsm_celery.sqlalchemy.timers import SQLAlchemyAttemptMarkers
+
+
+def app_with(**conf: Any) -> Celery:
+    """A fresh app with ``conf``."""
+    app = Celery("markers", set_as_current=False)
+    app.conf.update(conf)
+    return app
+
+
+def test_a_redis_broker_keeps_markers_in_redis(redis_url: str) -> None:
+    """With a Redis broker the markers are expiring Redis keys, read back as ints."""
+    markers = open_attempt_markers(app_with(broker_url=redis_url), None, None, 60)
+    assert isinstance(markers, RedisAttemptMarkers)
+    task_id = uuid.uuid4().hex
+    assert markers.started(task_id) is None
+    markers.mark(task_id, 2)
+    assert markers.started(task_id) == 2
+
+
+def test_rabbitmq_with_a_redis_backend_uses_the_backends_redis(redis_url: str) -> None:
+    """An AMQP broker with a Redis result backend puts the markers in that Redis."""
+    app = app_with(broker_url="amqp://guest@127.0.0.1//", result_backend=redis_url)
+    assert isinstance(open_attempt_markers(app, None, None, 60), RedisAttemptMarkers)
+
+
+def test_a_key_value_backend_is_used_through_celery(tmp_path: Path) -> None:
+    """Another key-value result backend (here Celery's cache backend) keeps the markers."""
+    app = app_with(broker_url="amqp://guest@127.0.0.1//", result_backend="cache+memory://")
+    markers = open_attempt_markers(app, None, None, 60)
+    assert isinstance(markers, BackendAttemptMarkers)
+    markers.mark("t1", 4)
+    assert markers.started("t1") == 4
+
+
+def test_otherwise_the_timer_database_keeps_them(tmp_path: Path) -> None:
+    """No Redis and no key-value backend: the markers go to the timer store's database."""
+    url = f"sqlite:///{tmp_path / 'timers.db'}"
+    app = app_with(broker_url="amqp://guest@127.0.0.1//")
+    markers = open_attempt_markers(app, None, url, 60)
+    assert isinstance(markers, SQLAlchemyAttemptMarkers)
+    markers.mark("t1", 1)
+    assert markers.started("t1") == 1
+
+
+def test_a_configured_object_or_url_wins(tmp_path: Path) -> None:
+    """xsm_attempt_markers may name an object or a URL; an object without mark() is refused."""
+    memory = MemoryAttemptMarkers()
+    app = app_with(broker_url="amqp://guest@127.0.0.1//")
+    assert open_attempt_markers(app, memory, None, 60) is memory
+    assert isinstance(open_attempt_markers(app, "memory://", None, 60), MemoryAttemptMarkers)
+    with pytest.raises(ConfigurationError, match="no mark"):
+        open_attempt_markers(app, object(), None, 60)
+
+
+def test_no_place_at_all_is_a_configuration_error() -> None:
+    """Without Redis, a key-value backend or a timer URL there is nowhere to write markers."""
+    app = app_with(broker_url="amqp://guest@127.0.0.1//")
+    with pytest.raises(ConfigurationError, match="xsm_attempt_markers"):
+        open_attempt_markers(app, None, object(), 60)
+
+
+def fake_task(task_id: str) -> Any:
+    """The two attributes _lost_attempt reads from a task."""
+    return SimpleNamespace(name="shop.charge", request=SimpleNamespace(id=task_id))
+
+
+SNAPSHOT_AFTER_ONE_FAILURE = '{"context": {"attempt": 1}}'
+
+
+def test_a_redelivery_whose_attempt_started_is_a_lost_attempt() -> None:
+    """Marker 2 on a message carrying attempt 1's failure: attempt 2 ran and its worker died."""
+    markers = MemoryAttemptMarkers()
+    markers.mark("t", 2)
+    lost = _lost_attempt(fake_task("t"), markers, SNAPSHOT_AFTER_ONE_FAILURE)
+    assert isinstance(lost, WorkerLost)
+    assert "attempt 2 of shop.charge[t]" in str(lost)
+
+
+def test_a_redelivery_that_never_started_is_not_counted() -> None:
+    """A prefetched or countdown-held message handed back by a restarting worker runs normally."""
+    markers = MemoryAttemptMarkers()
+    assert _lost_attempt(fake_task("t"), markers, None) is None
+    markers.mark("t", 1)
+    assert _lost_attempt(fake_task("t"), markers, SNAPSHOT_AFTER_ONE_FAILURE) is None
+
+
+def test_the_first_attempt_lost_is_detected_without_a_snapshot() -> None:
+    """Attempt 1 has no snapshot yet; its marker alone shows it started."""
+    markers = MemoryAttemptMarkers()
+    markers.mark("t", 1)
+    assert isinstance(_lost_attempt(fake_task("t"), markers, None), WorkerLost)
