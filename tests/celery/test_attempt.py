@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable
 from typing import Any
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xsm_celery.celery.attempt import Outcome, Run, run_chart
+from xsm_celery.celery.charts import load_chart
 from xsm_celery.celery.machine import build_task_machine
 from xsm_celery.celery.task import CONTROL_EXCEPTIONS
 from xsm_celery.errors import ConfigurationError, WorkerLost
@@ -150,3 +152,35 @@ def test_a_chart_that_stalls_is_a_configuration_error() -> None:
 
     with pytest.raises(ConfigurationError, match=r"settled in \['stall.stuck'\]"):
         run_chart(machine, None, Run(call=call))
+
+
+def test_a_chart_changed_by_a_deploy_restarts_with_the_same_context() -> None:
+    """A snapshot from the old chart: the new chart starts over keeping attempts and chain."""
+    old = machine_for(RetryPolicy(max_attempts=3, base_ms=1, jitter="none"))
+    calls: list[int] = []
+    first = run_chart(old, None, Run(call=failing(5, calls)))
+    snapshot = first.interpreter.get_snapshot()
+    new_chart = load_chart(None)
+    new_chart["states"]["retrying"]["description"] = "renamed in v2"
+    new_chart["states"]["audit"] = {"type": "final"}
+    new = machine_for(RetryPolicy(max_attempts=3, base_ms=1, jitter="none"), new_chart)
+    assert new.structure_hash != old.structure_hash
+    second = run_chart(new, snapshot, Run(call=failing(5, calls)))
+    assert second.kind == "retry"
+    assert second.interpreter.context["attempt"] == 2
+    assert len(second.interpreter.context[ERRORS_CONTEXT_KEY]) == 2
+
+
+def test_a_marker_store_that_fails_does_not_stop_the_attempt(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """If the marker cannot be written, the attempt runs anyway and a warning says so."""
+    machine = machine_for(RetryPolicy())
+
+    def broken_mark(attempt: int) -> None:
+        raise OSError("redis is restarting")
+
+    with caplog.at_level(logging.WARNING, logger="xsm_celery.celery.machine"):
+        outcome = run_chart(machine, None, Run(call=lambda: "ok", mark=broken_mark))
+    assert outcome.kind == "done"
+    assert "attempt marker" in caplog.text

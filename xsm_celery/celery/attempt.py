@@ -18,15 +18,19 @@ named delay computed, carried to Celery in milliseconds without rounding.
 from __future__ import annotations
 
 import contextvars
+import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from xsm_celery.engine import SimulatedClock, SyncInterpreter
 from xsm_celery.engine.events import EngineEvent
-from xsm_celery.errors import ConfigurationError
+from xsm_celery.errors import ConfigurationError, SnapshotError
 
 __all__ = ["DEAD_LETTER_TAG", "Outcome", "Run", "current_run", "run_chart"]
+
+logger = logging.getLogger(__name__)
 
 #: The tag that marks a state where the task gives up.
 DEAD_LETTER_TAG = "dead-letter"
@@ -79,12 +83,46 @@ def run_chart(machine: Any, snapshot: str | None, run: Run) -> Outcome:
         if snapshot is None:
             interp = SyncInterpreter(machine, clock=clock).start()
         else:
-            interp = SyncInterpreter.from_snapshot(snapshot, machine, clock=clock)
+            interp = _restore(machine, snapshot, clock)
             if run.invocations == 0:
                 _fire_next(clock)
         return _classify(machine, interp, clock, run)
     finally:
         _current.reset(token)
+
+
+def _restore(machine: Any, snapshot: str, clock: SimulatedClock) -> Any:
+    """The interpreter the message's snapshot describes, or the chart restarted with its context.
+
+    A deploy may change the chart while retries are in flight. Their snapshots no longer fit,
+    so the chart starts again from its initial state with the old context (attempt counter,
+    error chain): the task keeps its history and its budget instead of failing on restore.
+    """
+    try:
+        return SyncInterpreter.from_snapshot(snapshot, machine, clock=clock)
+    except SnapshotError as exc:
+        logger.warning(
+            "chart %r cannot restore the snapshot in the message (%s); starting the chart "
+            "again with the same context",
+            machine.id,
+            exc,
+        )
+    restart = {
+        "machine_id": machine.id,
+        "machine_hash": machine.structure_hash,
+        "status": "not_started",
+        "context": _context_of(snapshot),
+        "state_ids": [],
+    }
+    return SyncInterpreter.from_snapshot(restart, machine, clock=clock).start()
+
+
+def _context_of(snapshot: str) -> dict[str, Any]:
+    try:
+        context = json.loads(snapshot).get("context")
+    except (ValueError, TypeError, AttributeError):
+        return {}
+    return dict(context) if isinstance(context, dict) else {}
 
 
 def _fire_next(clock: SimulatedClock) -> None:

@@ -8,6 +8,7 @@ wrapped so the run learns the exact milliseconds the chart asked for.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,6 +20,8 @@ from xsm_celery.patterns import ERRORS_CONTEXT_KEY, RetryPolicy
 from xsm_celery.patterns.error_chain import error_entry
 
 __all__ = ["MAX_ERRORS", "MIN_TIMER_MS", "WORK_SERVICE", "build_task_machine"]
+
+logger = logging.getLogger(__name__)
 
 #: The service name a task chart invokes to run the task's function.
 WORK_SERVICE = "work"
@@ -118,7 +121,7 @@ def _work_service(
             run.error = lost
             raise lost
         if run.mark is not None:
-            run.mark(_attempt(ctx) + 1)
+            _mark(run.mark, _attempt(ctx) + 1, task_name)
         try:
             result = run.call()
         except control as exc:
@@ -132,6 +135,24 @@ def _work_service(
         return result
 
     return work
+
+
+def _mark(mark: Callable[[int], None], attempt: int, task_name: str) -> None:
+    """Write the attempt marker; if its store is down, run the attempt anyway.
+
+    The marker only matters if this worker dies during the attempt; refusing to run the task
+    because Redis or the database blinked would turn a rare risk into a certain failure.
+    """
+    try:
+        mark(attempt)
+    except Exception:
+        logger.warning(
+            "could not write the attempt marker of %s (attempt %d); a crash during this "
+            "attempt will not be counted",
+            task_name,
+            attempt,
+            exc_info=True,
+        )
 
 
 def _attempt(ctx: Mapping[str, Any]) -> int:
