@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,6 +22,8 @@ from xsm_celery.celery.markers import (
 )
 from xsm_celery.errors import ConfigurationError, WorkerLost
 from xsm_celery.sqlalchemy.timers import SQLAlchemyAttemptMarkers
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def app_with(**conf: Any) -> Celery:
@@ -110,3 +115,31 @@ def test_the_first_attempt_lost_is_detected_without_a_snapshot() -> None:
     markers = MemoryAttemptMarkers()
     markers.mark("t", 1)
     assert isinstance(_lost_attempt(fake_task("t"), markers, None), WorkerLost)
+
+
+def test_redis_markers_are_sent_without_waiting_and_read_back(redis_url: str) -> None:
+    """mark() returns before Redis answers; another connection still sees every marker."""
+    writer = RedisAttemptMarkers(redis_url, 60)
+    reader = RedisAttemptMarkers(redis_url, 60)
+    ids = [uuid.uuid4().hex for _ in range(3)]
+    for n, task_id in enumerate(ids, start=1):
+        writer.mark(task_id, n)
+    writer.flush()
+    assert [reader.started(task_id) for task_id in ids] == [1, 2, 3]
+
+
+@pytest.mark.timeout(30)
+def test_a_marker_survives_a_sigkill_right_after_mark(redis_url: str) -> None:
+    """A process killed the instant mark() returns still leaves its marker in Redis."""
+    task_id = uuid.uuid4().hex
+    code = (
+        "import os, signal\n"
+        "from xsm_celery.celery.redis_markers import RedisAttemptMarkers\n"
+        f"m = RedisAttemptMarkers({redis_url!r}, 60)\n"
+        f"m.mark('warm-up', 1)\n"
+        f"m.mark({task_id!r}, 7)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=20, check=False)
+    assert done.returncode == -signal.SIGKILL
+    assert RedisAttemptMarkers(redis_url, 60).started(task_id) == 7

@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Protocol, runtime_checkable
 
+from xsm_celery.celery.redis_markers import MARKER_KEY_PREFIX, RedisAttemptMarkers
 from xsm_celery.errors import ConfigurationError
 
 __all__ = [
@@ -29,12 +30,17 @@ __all__ = [
     "open_attempt_markers",
 ]
 
-_KEY = "xsm:attempt:"
+_KEY = MARKER_KEY_PREFIX
 
 
 @runtime_checkable
 class AttemptMarkers(Protocol):
-    """Where a worker records that an attempt started, so a redelivery can be classified."""
+    """Where a worker records that an attempt started, so a redelivery can be classified.
+
+    A store may send a marker without waiting for it to be acknowledged, as long as the
+    write cannot be lost if the process dies right after ``mark`` returns (see
+    ``RedisAttemptMarkers``).
+    """
 
     def mark(self, task_id: str, attempt: int) -> None:
         """Record that ``attempt`` (1-based) of ``task_id`` is about to run."""
@@ -58,45 +64,6 @@ class MemoryAttemptMarkers:
     def started(self, task_id: str) -> int | None:
         """The recorded attempt, if any."""
         return self._marks.get(task_id)
-
-
-class RedisAttemptMarkers:
-    """Markers as expiring Redis keys (``xsm:attempt:<task id>``).
-
-    The marker is written before every attempt, so its cost is on every task's path: each
-    thread keeps one dedicated connection (``single_connection_client``), which skips the
-    connection pool's bookkeeping and costs a fraction of a pooled command.
-    """
-
-    def __init__(self, url: str, ttl_s: float) -> None:
-        self._url = url
-        self._ttl = max(1, int(ttl_s))
-        self._local = threading.local()
-
-    @classmethod
-    def from_url(cls, url: str, ttl_s: float) -> RedisAttemptMarkers:
-        """Markers in the Redis at ``url``."""
-        return cls(url, ttl_s)
-
-    def _client(self) -> Any:
-        client = getattr(self._local, "client", None)
-        if client is None:
-            # kombu's Redis transport and Celery's Redis backend both need redis-py, so a
-            # redis:// URL in the app's configuration means the package is installed.
-            import redis
-
-            client = redis.Redis.from_url(self._url, single_connection_client=True)
-            self._local.client = client
-        return client
-
-    def mark(self, task_id: str, attempt: int) -> None:
-        """Record the attempt with an expiry."""
-        self._client().set(_KEY + task_id, attempt, ex=self._ttl)
-
-    def started(self, task_id: str) -> int | None:
-        """The recorded attempt, if the key has not expired."""
-        value = self._client().get(_KEY + task_id)
-        return None if value is None else int(value)
 
 
 class BackendAttemptMarkers:

@@ -1,0 +1,97 @@
+"""Attempt markers in Redis, written without waiting for Redis to answer.
+
+Every attempt of every chart task writes a marker, so its cost is on every task's path. A
+Redis round trip is most of that cost, and the task does not need the answer before it runs:
+it needs the command to be on its way. So ``mark()`` only sends ``SET`` on a connection of its
+own, and the reply is read when the next marker is sent (or by ``flush()``), by which time it
+has long arrived. At most one reply is ever unread, and it always belongs to the latest ``SET``.
+
+This is safe against the crash the marker exists for. Once ``send`` returns, the command is in
+the kernel: on loopback it is already in Redis's socket, and over a network the kernel still
+delivers it if the process is killed, because closing a socket with nothing unread sends the
+pending data before the FIN (and if Redis's reply had already come back, the ``SET`` had already
+run). Only the death of the whole host in the microseconds after ``send`` can lose a marker,
+and that costs one uncounted attempt, not a loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+__all__ = ["MARKER_KEY_PREFIX", "RedisAttemptMarkers"]
+
+logger = logging.getLogger(__name__)
+
+#: Redis key prefix of attempt markers (``xsm:attempt:<task id>``).
+MARKER_KEY_PREFIX = "xsm:attempt:"
+
+
+class RedisAttemptMarkers:
+    """Markers as expiring Redis keys, one dedicated connection per thread.
+
+    Args:
+        url: The Redis URL (``redis://`` or ``rediss://``).
+        ttl_s: Seconds a marker lives; it only has to outlive a redelivery.
+    """
+
+    def __init__(self, url: str, ttl_s: float) -> None:
+        self._url = url
+        self._ttl = max(1, int(ttl_s))
+        self._local = threading.local()
+
+    @classmethod
+    def from_url(cls, url: str, ttl_s: float) -> RedisAttemptMarkers:
+        """Markers in the Redis at ``url``."""
+        return cls(url, ttl_s)
+
+    def mark(self, task_id: str, attempt: int) -> None:
+        """Send ``SET xsm:attempt:<id> <attempt> EX <ttl>``; its reply is read later."""
+        conn = self._connection()
+        self._drain(conn)
+        command = ("SET", MARKER_KEY_PREFIX + task_id, attempt, "EX", self._ttl)
+        try:
+            conn.send_command(*command)
+        except OSError:
+            conn.disconnect()
+            conn.send_command(*command)
+        self._local.pending += 1
+
+    def flush(self) -> None:
+        """Read the replies of the markers sent so far; an error reply is logged."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            self._drain(conn)
+
+    def started(self, task_id: str) -> int | None:
+        """The recorded attempt, if the key has not expired."""
+        conn = self._connection()
+        self._drain(conn)
+        conn.send_command("GET", MARKER_KEY_PREFIX + task_id)
+        value = conn.read_response()
+        return None if value is None else int(value)
+
+    def _connection(self) -> Any:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            # kombu's Redis transport and Celery's Redis backend both need redis-py, so a
+            # redis:// URL in the app's configuration means the package is installed.
+            import redis
+
+            pool = redis.ConnectionPool.from_url(self._url)
+            # types-redis predates the no-argument form that redis-py 5.3+ asks for.
+            conn = self._local.conn = pool.get_connection()  # type: ignore[call-arg]
+            self._local.pool = pool
+            self._local.pending = 0
+        return conn
+
+    def _drain(self, conn: Any) -> None:
+        while self._local.pending:
+            self._local.pending -= 1
+            try:
+                conn.read_response()
+            except Exception:
+                logger.warning("an attempt marker was not stored", exc_info=True)
+                conn.disconnect()
+                self._local.pending = 0
