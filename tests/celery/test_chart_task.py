@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from celery import Celery
-from celery.exceptions import Ignore
+from celery.exceptions import Ignore, Reject
 from celery.signals import task_failure
 
 from xsm_celery.celery import HEADER, ChartTask, TaskGaveUp
@@ -159,6 +159,21 @@ def test_celery_control_exceptions_pass_through(app: Celery) -> None:
 
     result = skip.apply()
     assert result.state == "IGNORED"
+    assert store_of(app).all() == []
+
+
+def test_reject_reaches_celery_untouched(app: Celery) -> None:
+    """Reject raised by the task is handed to Celery (REJECTED), not retried or dead-lettered."""
+    calls: list[int] = []
+
+    @app.task(shared=False, base=ChartTask)
+    def poison() -> None:
+        calls.append(1)
+        raise Reject("malformed payload", requeue=False)
+
+    result = poison.apply()
+    assert result.state == "REJECTED"
+    assert calls == [1]
     assert store_of(app).all() == []
 
 
