@@ -31,7 +31,7 @@ __all__ = [
 #: Where dead letters, durable timers and attempt markers go when nothing is configured: a
 #: SQLite file in the worker's working directory (created mode 0600). Production sets a
 #: PostgreSQL URL, which every worker and Beat share.
-DEFAULT_STORE_URL = "sqlite:///xsm_celery.sqlite3"
+DEFAULT_STORE_URL = "sqlite:///xsm_celery.db"
 
 #: Longest retry delay sent as a Celery countdown. Redis redelivers a message that stays
 #: unacknowledged past its visibility timeout (3600 s by default), and a countdown message
