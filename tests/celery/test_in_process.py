@@ -48,10 +48,15 @@ class Broken(ChartTask):
 
 @pytest.fixture(scope="session")
 def celery_config() -> dict[str, Any]:
-    """The in-process app: memory broker polled often, in-memory results and dead letters."""
+    """The in-process app: memory broker polled often, in-memory results and dead letters.
+
+    The memory transport is shared by the whole test process, so the session worker gets a
+    queue of its own and never takes messages meant for other tests.
+    """
     return {
         "broker_url": "memory://",
         "broker_transport_options": {"polling_interval": 0.01},
+        "task_default_queue": "xsm-in-process",
         "result_backend": "cache+memory://",
         "xsm_dead_letter_store": "memory://in-process",
         "xsm_timer_store": "sqlite://",
