@@ -196,10 +196,7 @@ class CircuitOpenError(PolicyError):
         self.name = name
         self.state = state
         self.retry_after_ms = retry_after_ms
-        if state == "half_open":
-            detail = "half-open and every probe slot is taken"
-        else:
-            detail = "open"
+        detail = "half-open and every probe slot is taken" if state == "half_open" else "open"
         wait = f"; retry in {retry_after_ms:.0f} ms" if retry_after_ms is not None else ""
         super().__init__(
             f"Circuit '{name}' is {detail}; call rejected without running the target{wait}"

@@ -30,7 +30,8 @@ def new_id(now_ms: int | None = None) -> str:
         raise ValueError(f"now_ms must be in [0, 2**48), got {now_ms!r}")
     rand = int.from_bytes(os.urandom(10), "big") & ((1 << 74) - 1)
     with _lock:
-        value = (ms << 80) | (0x7 << 76) | ((rand >> 62) << 64) | (0b10 << 62) | (rand & ((1 << 62) - 1))
+        high = (ms << 80) | (0x7 << 76) | ((rand >> 62) << 64)
+        value = high | (0b10 << 62) | (rand & ((1 << 62) - 1))
         if value <= _last:
             value = _last + 1
         _last = value
