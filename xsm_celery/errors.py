@@ -14,6 +14,7 @@ uses) to catch everything the library raises on purpose. The tree::
         - NotSupportedError
         - InvalidEventError (also a TypeError): send() got something that is not an event
         - WorkerLost: a task delivery whose worker died mid-attempt
+        - TaskGaveUp: a task chart reached its dead-letter state without an error
         - SnapshotError: a snapshot that cannot be restored
           - SnapshotCorruptError
           - SnapshotTooLargeError
@@ -67,6 +68,7 @@ __all__ = [
     "StateNotFoundError",
     "StoreError",
     "StoreUnavailableError",
+    "TaskGaveUp",
     "WorkerLost",
     "XStateMachineError",
     "XsmError",
@@ -152,6 +154,14 @@ class InvalidEventError(ExecutionError, TypeError):
     """Raised when ``send()`` is given something that is not an event (no ``type``, not a str).
 
     It is also a ``TypeError``: passing the wrong kind of value is a programming error.
+    """
+
+
+class TaskGaveUp(ExecutionError):
+    """Raised as a chart task's failure when its chart gave up although nothing failed.
+
+    Only a custom chart can do that (a dead-letter state reached from ``onDone``); the
+    dead letter is written all the same, and this is the exception the task ends with.
     """
 
 

@@ -143,3 +143,17 @@ def test_a_marker_survives_a_sigkill_right_after_mark(redis_url: str) -> None:
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=20, check=False)
     assert done.returncode == -signal.SIGKILL
     assert RedisAttemptMarkers(redis_url, 60).started(task_id) == 7
+
+
+def test_an_unreadable_marker_runs_the_redelivery_as_a_new_attempt(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """If the marker store cannot be read, the redelivered message runs (with a warning)."""
+
+    class Down(MemoryAttemptMarkers):
+        def started(self, task_id: str) -> int | None:
+            raise OSError("connection refused")
+
+    with caplog.at_level("WARNING", logger="xsm_celery.celery.execute"):
+        assert _lost_attempt(fake_task("t"), Down(), None) is None
+    assert "could not read the attempt marker" in caplog.text

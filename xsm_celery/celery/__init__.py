@@ -16,14 +16,14 @@ except ImportError as exc:
 
 from xsm_celery.celery.app import RELAY_OUTBOX_TASK, Xsm
 from xsm_celery.celery.charts import DEFAULT_CHART, load_chart
-from xsm_celery.celery.execute import HEADER, TaskGaveUp
+from xsm_celery.celery.execute import HEADER
 from xsm_celery.celery.markers import AttemptMarkers, MemoryAttemptMarkers
 from xsm_celery.celery.replay import TaskReplayResult, replay_task
 from xsm_celery.celery.serialization import require_json
 from xsm_celery.celery.settings import XsmSettings, read_settings, register_keys
 from xsm_celery.celery.task import ChartTask
 from xsm_celery.celery.timers import FIRE_TIMERS_TASK, fire_due_timers, fire_timers
-from xsm_celery.errors import WorkerLost
+from xsm_celery.errors import TaskGaveUp, WorkerLost
 
 __all__ = [
     # Tasks

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,17 +27,15 @@ from xsm_celery.celery.dead_letters import DeadLetterWriter, TaskFailure
 from xsm_celery.celery.settings import XsmSettings
 from xsm_celery.celery.stores import stores_for
 from xsm_celery.celery.timers import schedule_retry
-from xsm_celery.errors import WorkerLost, XsmError
+from xsm_celery.errors import TaskGaveUp, WorkerLost
 from xsm_celery.patterns import RetryPolicy
 
-__all__ = ["HEADER", "Bound", "TaskGaveUp", "execute"]
+__all__ = ["HEADER", "Bound", "execute"]
+
+logger = logging.getLogger(__name__)
 
 #: The message header that carries the chart snapshot between runs.
 HEADER = "xsm_chart"
-
-
-class TaskGaveUp(XsmError):
-    """Raised as the task's failure when a custom chart gave up without any error."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +85,17 @@ def _control(run: Run) -> BaseException:
 def _lost_attempt(task: Any, markers: Any, snapshot: str | None) -> BaseException | None:
     """A ``WorkerLost`` if this redelivered message's attempt had started, else None."""
     attempt = _attempt_in(snapshot) + 1
-    started = markers.started(task.request.id)
+    try:
+        started = markers.started(task.request.id)
+    except Exception:
+        logger.warning(
+            "could not read the attempt marker of %s[%s]; running the redelivered message "
+            "as a new attempt",
+            task.name,
+            task.request.id,
+            exc_info=True,
+        )
+        return None
     if started is None or int(started) < attempt:
         return None
     return WorkerLost(
