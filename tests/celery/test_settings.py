@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import pytest
 from celery import Celery
@@ -94,3 +95,30 @@ def test_settings_are_read_once_per_app() -> None:
     first = read_settings(app)
     app.conf.xsm_timer_countdown_max_s = 99
     assert read_settings(app) is first
+
+
+def test_a_django_namespace_reads_only_prefixed_upper_case_keys() -> None:
+    """Under namespace="CELERY", CELERY_XSM_* keys count and other Django settings do not."""
+
+    class DjangoSettings:
+        XSM_CELERY: ClassVar[dict[str, str]] = {"DATABASE": "default"}  # the app's own dict
+        CELERY_XSM_DEAD_LETTER_STORE = "memory://namespaced"
+        CELERY_XSM_TIMER_COUNTDOWN_MAX_S = 60
+
+    app = Celery("namespace-test", set_as_current=False)
+    app.config_from_object(DjangoSettings, namespace="CELERY")
+    settings = read_settings(app)
+    assert settings.dead_letter_store == "memory://namespaced"
+    assert settings.timer_countdown_max_s == 60.0
+
+
+def test_a_misspelt_namespaced_key_is_still_refused() -> None:
+    """CELERY_XSM_ keys are checked like plain xsm_ keys, so a typo is not silently ignored."""
+
+    class DjangoSettings:
+        CELERY_XSM_DEAD_LETTER_STOR = "memory://typo"
+
+    app = Celery("namespace-typo", set_as_current=False)
+    app.config_from_object(DjangoSettings, namespace="CELERY")
+    with pytest.raises(ConfigurationError, match="xsm_dead_letter_store"):
+        read_settings(app)

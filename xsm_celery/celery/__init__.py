@@ -1,5 +1,9 @@
 """Celery integration: chart-driven retry, dead letters, durable timers and Beat entries.
 
+Importing this package registers the shared tasks ``xsm_celery.fire_timers`` and
+``xsm_celery.relay_outbox``, so a worker that imports it can run both Beat entries of
+``Xsm.beat_schedule(...)``.
+
 Needs the ``celery`` extra. ``ChartTask`` and ``Xsm`` are the two entry points::
 
     from xsm_celery.celery import ChartTask, Xsm
@@ -16,8 +20,10 @@ except ImportError as exc:
 
 from xsm_celery.celery.app import RELAY_OUTBOX_TASK, Xsm
 from xsm_celery.celery.charts import DEFAULT_CHART, load_chart
+from xsm_celery.celery.consumer import DispatcherStep, install_dispatcher
 from xsm_celery.celery.execute import HEADER
 from xsm_celery.celery.markers import AttemptMarkers, MemoryAttemptMarkers
+from xsm_celery.celery.relay import install_relay, relay_outbox
 from xsm_celery.celery.replay import TaskReplayResult, replay_task
 from xsm_celery.celery.serialization import require_json
 from xsm_celery.celery.settings import XsmSettings, read_settings, register_keys
@@ -42,6 +48,11 @@ __all__ = [
     "RELAY_OUTBOX_TASK",
     "fire_due_timers",
     "fire_timers",
+    # Events: outbox relay and inbound dispatcher
+    "DispatcherStep",
+    "install_dispatcher",
+    "install_relay",
+    "relay_outbox",
     # Settings and checks
     "XsmSettings",
     "read_settings",

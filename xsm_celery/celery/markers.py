@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Protocol, runtime_checkable
 
+from xsm_celery.celery.django_stores import is_django_url
 from xsm_celery.celery.redis_markers import MARKER_KEY_PREFIX, RedisAttemptMarkers
 from xsm_celery.errors import ConfigurationError
 
@@ -95,11 +96,12 @@ def open_attempt_markers(app: Any, configured: Any, timer_store_url: Any, ttl_s:
     if url is None and _is_key_value(app.backend):
         return BackendAttemptMarkers(app.backend)
     if url is None:
-        url = timer_store_url if isinstance(timer_store_url, str) else None
+        usable = isinstance(timer_store_url, str) and not is_django_url(timer_store_url)
+        url = timer_store_url if usable else None
     if url is None:
         raise ConfigurationError(
             "no place for attempt markers: neither the broker nor the result backend is "
-            "Redis or another key-value store, and xsm_timer_store is an object; set "
+            "Redis or another key-value store, and xsm_timer_store is not a database URL; set "
             "app.conf.xsm_attempt_markers to a redis:// or database URL"
         )
     return _from_url(url, ttl_s)

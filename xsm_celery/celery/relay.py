@@ -27,6 +27,7 @@ from typing import Any
 from celery import shared_task
 
 from xsm_celery.celery.app import RELAY_OUTBOX_TASK
+from xsm_celery.celery.django_stores import is_django_url, open_django_store
 from xsm_celery.celery.settings import register_keys
 from xsm_celery.eda.relay import OutboxRelay
 from xsm_celery.errors import ConfigurationError
@@ -140,7 +141,9 @@ def _check(config: RelayConfig) -> None:
 
 def _build(app: Any, config: RelayConfig) -> OutboxRelay:
     outbox = config.outbox
-    if isinstance(outbox, str):
+    if is_django_url(outbox):
+        outbox = open_django_store(outbox, "outbox")
+    elif isinstance(outbox, str):
         # A URL names the same table the application's SQLAlchemyStore writes, so the
         # celery integration opens it with the sqlalchemy one (as stores.py does).
         from xsm_celery.sqlalchemy import SQLAlchemyOutboxStore

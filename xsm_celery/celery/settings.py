@@ -105,15 +105,29 @@ def read_settings(app: Any) -> XsmSettings:
     with _lock:
         cached = _cache.get(app)
         if cached is None:
-            cached = _build(_xsm_items(app.conf))
+            cached = _build(_xsm_items(app.conf, getattr(app, "namespace", None)))
             _cache[app] = cached
     return cached
 
 
-def _xsm_items(conf: Any) -> dict[str, Any]:
-    """Every ``xsm_`` key of a Celery config, lower-cased (Django's ``CELERY_XSM_...`` style)."""
-    keys = [k for k in list(conf.keys()) if str(k).lower().startswith(_PREFIX)]
-    return {str(k).lower(): conf[k] for k in keys}
+def _xsm_items(conf: Any, namespace: str | None = None) -> dict[str, Any]:
+    """Every ``xsm_`` key of a Celery config, lower-cased (Django's ``CELERY_XSM_...`` style).
+
+    With a namespace (``config_from_object("django.conf:settings", namespace="CELERY")``) the
+    config also lists every other Django setting, so an upper-case key counts only with the
+    namespace prefix: ``XSM_CELERY``, the Django app's own settings dict, is not Celery's.
+    """
+    prefix = f"{namespace.rstrip('_').upper()}_" if namespace else ""
+    items: dict[str, Any] = {}
+    for key in list(conf.keys()):
+        name = str(key)
+        if prefix and name.upper().startswith(prefix):
+            name = name[len(prefix) :]
+        elif prefix and name.isupper():
+            continue
+        if name.lower().startswith(_PREFIX):
+            items[name.lower()] = conf[key]
+    return items
 
 
 def _build(items: Mapping[str, Any]) -> XsmSettings:

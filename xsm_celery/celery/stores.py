@@ -12,6 +12,7 @@ import threading
 import weakref
 from typing import Any
 
+from xsm_celery.celery.django_stores import is_django_url, open_django_store
 from xsm_celery.celery.markers import open_attempt_markers
 from xsm_celery.celery.settings import read_settings
 from xsm_celery.errors import ConfigurationError
@@ -58,6 +59,8 @@ class AppStores:
                     "or a URL such as sqlite:///dead_letters.db"
                 )
             return value
+        if is_django_url(value):
+            return open_django_store(value, "dead_letters")
         # URLs (memory://, sqlite:///, postgresql://) mean the same store here as in the
         # CLI, so the celery integration resolves them with the sqlalchemy one.
         from xsm_celery.sqlalchemy import open_dead_letter_store
@@ -73,6 +76,8 @@ class AppStores:
                     "give a database URL such as postgresql://user@host/db"
                 )
             return value
+        if is_django_url(value):
+            return open_django_store(value, "timers")
         from xsm_celery.sqlalchemy.timers import SQLAlchemyTimerStore
 
         return SQLAlchemyTimerStore(value)
