@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from tests import services
@@ -26,3 +28,18 @@ def postgres_url() -> str:
     """URL of the local PostgreSQL database ``test``; fails under CI when it is down."""
     services.require("postgres")
     return services.POSTGRES_URL
+
+
+@pytest.fixture(autouse=True)
+def _warnings_reach_caplog(caplog: pytest.LogCaptureFixture) -> None:
+    """Let WARNING records reach caplog whatever an earlier test's Celery worker did to logging.
+
+    Starting a Celery worker in the test process raises the root logger's level and may
+    disable loggers that existed then; tests that check a logged warning must not depend on
+    whether a worker ran before them.
+    """
+    caplog.set_level(logging.WARNING)
+    for name, logger in logging.root.manager.loggerDict.items():
+        if name.startswith("xsm_celery") and isinstance(logger, logging.Logger):
+            logger.disabled = False
+

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kombu import Connection
 
+from tests.isolation import run_fresh
 from xsm_celery.demo.board import Board
 from xsm_celery.demo.broker import POLLING_INTERVAL_S, TRANSPORT
 from xsm_celery.demo.progress import ProgressEvent, ProgressLog
@@ -94,14 +95,19 @@ class TestProgressLog:
 
     def test_processes_append_to_one_log(self, tmp_path: Path) -> None:
         """Events written by forked processes are all read back."""
-        context = multiprocessing.get_context("fork")
-        processes = [context.Process(target=_append, args=(tmp_path / "p.db", n))
-                     for n in range(4)]
-        for process in processes:
-            process.start()
-        for process in processes:
-            process.join(30)
+        run_fresh(__name__, "fork_four_appenders", str(tmp_path / "p.db"))
         assert len(ProgressLog(tmp_path / "p.db").since(0)) == 40
+
+
+def fork_four_appenders(path: str) -> None:
+    """Four forked processes append ten events each to one progress log."""
+    context = multiprocessing.get_context("fork")
+    processes = [context.Process(target=_append, args=(Path(path), n)) for n in range(4)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(30)
+        assert process.exitcode == 0
 
 
 def _append(path: Path, n: int) -> None:

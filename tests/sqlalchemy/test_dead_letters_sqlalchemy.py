@@ -16,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.contract_dead_letters import make_record
+from tests.isolation import run_fresh
 from tests.sqlalchemy.test_dead_letters import pg_schema_url  # noqa: F401 (fixture)
 from xsm_celery.errors import ConfigurationError, StoreError, StoreUnavailableError
 from xsm_celery.patterns.dead_letter import MemoryDeadLetterStore
@@ -213,7 +214,12 @@ def test_two_stores_on_one_file_share_records(tmp_path: Path) -> None:
 
 def test_a_forked_worker_process_can_write(tmp_path: Path) -> None:
     """A store used before fork() keeps working in the child (its pool is reset) and parent."""
-    url = _url(tmp_path / "dlq.db")
+    run_fresh(__name__, "forked_worker_process_writes", str(tmp_path / "dlq.db"))
+
+
+def forked_worker_process_writes(path: str) -> None:
+    """The scenario of test_a_forked_worker_process_can_write, run in a fresh interpreter."""
+    url = _url(Path(path))
     store = SQLAlchemyDeadLetterStore(url)
     first = make_record()
     store.put(first)
@@ -374,10 +380,15 @@ def _open_after(barrier: Any, url: str) -> None:
 
 def test_worker_processes_creating_a_sqlite_store_at_once_all_succeed(tmp_path: Path) -> None:
     """Prefork children opening a new SQLite store together never fail on 'already exists'."""
+    run_fresh(__name__, "processes_create_one_store_at_once", str(tmp_path / "dlq.db"))
+
+
+def processes_create_one_store_at_once(path: str) -> None:
+    """Six forked processes open a new SQLite store at one instant, three times over."""
     context = multiprocessing.get_context("fork")
-    url = _url(tmp_path / "dlq.db")
+    url = _url(Path(path))
     for _ in range(3):
-        (tmp_path / "dlq.db").unlink(missing_ok=True)
+        Path(path).unlink(missing_ok=True)
         barrier = context.Barrier(6)
         processes = [context.Process(target=_open_after, args=(barrier, url)) for _ in range(6)]
         for process in processes:

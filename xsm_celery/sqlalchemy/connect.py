@@ -155,18 +155,24 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         cursor.close()
 
 
+#: Engines made here that are still alive; a forked child drops their pooled connections.
+_ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
 def _dispose_after_fork(engine: Engine) -> None:
     """Drop pooled connections in a forked child, so parent and child never share a socket.
 
     Celery's prefork pool forks after the app, and often a store, is imported; a connection
-    used from two processes corrupts both sessions.
+    used from two processes corrupts both sessions. One fork hook serves every engine, so
+    making many engines does not make every later fork slower.
     """
-    ref = weakref.ref(engine)
+    _ENGINES.add(engine)
 
-    def _reset() -> None:
-        alive = ref()
-        if alive is not None:
-            alive.dispose(close=False)
 
-    if hasattr(os, "register_at_fork"):
-        os.register_at_fork(after_in_child=_reset)
+def _reset_engines_in_child() -> None:
+    for engine in list(_ENGINES):
+        engine.dispose(close=False)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_engines_in_child)
