@@ -8,11 +8,8 @@ admin shows.
 from __future__ import annotations
 
 import builtins
-import json
-import math
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
@@ -20,11 +17,12 @@ from django.db import transaction
 from xsm_celery.django._dates import to_datetime
 from xsm_celery.django._errors import store_errors
 from xsm_celery.patterns.dead_letter import DeadLetter, check_cutoff, check_limit
+from xsm_celery.patterns.dead_letter_redaction import plain_json, redact_record
 
 if TYPE_CHECKING:
     from xsm_celery.django.models import DeadLetterRecord
 
-__all__ = ["DjangoDeadLetterStore", "plain_json", "record_to_row", "row_to_record"]
+__all__ = ["DjangoDeadLetterStore", "record_to_row", "row_to_record"]
 
 _LAST_ERROR_MAX = 500
 
@@ -185,40 +183,11 @@ class DjangoDeadLetterStore:
 
     def _redact(self, record: DeadLetter) -> DeadLetter:
         from xsm_celery.django.conf import get_settings
-        from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS, redact
+        from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS
 
         keys = (*DEFAULT_REDACT_KEYS, *get_settings().redact_keys, *self._extra_keys)
 
-        def mask(value: Any) -> Any:
-            return None if value is None else plain_json(redact(value, keys))
-
-        return replace(
-            record,
-            event=mask(record.event),
-            errors=plain_json(record.errors),
-            snapshot=mask(record.snapshot),
-            envelope=mask(record.envelope),
-            task_args=mask(record.task_args),
-            task_kwargs=mask(record.task_kwargs),
-        )
-
-
-def plain_json(value: Any) -> Any:
-    """Plain JSON data: what JSON cannot carry becomes its ``str()``, as ``to_json()`` does.
-
-    Non-finite floats become strings too, because PostgreSQL's JSON type refuses NaN.
-    """
-    return _finite(json.loads(json.dumps(value, default=str, ensure_ascii=False)))
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, builtins.list):
-        return [_finite(item) for item in value]
-    return value
+        return DeadLetter.from_dict(plain_json(redact_record(record, keys).to_dict()))
 
 
 def _records() -> type[DeadLetterRecord]:

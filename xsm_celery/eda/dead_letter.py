@@ -21,8 +21,9 @@ from dataclasses import replace
 from typing import Any
 
 from xsm_celery.eda.envelope import Envelope, EnvelopeTooLargeError
-from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS, redact
+from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS
 from xsm_celery.patterns.dead_letter import DeadLetter, check_cutoff, check_limit
+from xsm_celery.patterns.dead_letter_redaction import redact_record
 from xsm_celery.persistence.sqlite import SQLiteDatabase
 
 __all__ = [
@@ -44,26 +45,6 @@ def dlq_topic(topic: str) -> str:
     if not isinstance(topic, str) or not topic:
         raise ValueError(f"topic must be a non-empty string, got {topic!r}")
     return f"{topic}.dlq"
-
-
-def redact_record(record: DeadLetter, keys: Iterable[str] = DEFAULT_REDACT_KEYS) -> DeadLetter:
-    """Return ``record`` with its event, snapshot, envelope and task arguments redacted.
-
-    ``keys`` replaces the default list of secret-looking key fragments.
-    """
-    chosen = keys if keys is DEFAULT_REDACT_KEYS else tuple(keys)
-
-    def mask(value: Any) -> Any:
-        return None if value is None else redact(value, chosen)
-
-    return replace(
-        record,
-        event=mask(record.event),
-        snapshot=mask(record.snapshot),
-        envelope=mask(record.envelope),
-        task_args=mask(record.task_args),
-        task_kwargs=mask(record.task_kwargs),
-    )
 
 
 _SCHEMA = """

@@ -11,7 +11,6 @@ from __future__ import annotations
 import builtins
 import getpass
 import json
-import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -21,8 +20,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
+from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS
 from xsm_celery.errors import StoreError, StoreUnavailableError
 from xsm_celery.patterns.dead_letter import DeadLetter, check_cutoff, check_limit
+from xsm_celery.patterns.dead_letter_redaction import plain_json, redact_record
 from xsm_celery.sqlalchemy._tables import audit_table, dead_letter_table, metadata
 from xsm_celery.sqlalchemy.connect import make_engine, safe_url
 
@@ -203,21 +204,8 @@ class SQLAlchemyDeadLetterStore:
             return [_record(row.body, row.resolved_at) for row in conn.execute(query)]
 
     def _redact(self, record: DeadLetter) -> DeadLetter:
-        from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS, redact
-
         keys = DEFAULT_REDACT_KEYS + self._extra_keys if self._extra_keys else DEFAULT_REDACT_KEYS
-
-        def mask(value: Any) -> Any:
-            return None if value is None else redact(value, keys)
-
-        return replace(
-            record,
-            event=mask(record.event),
-            snapshot=mask(record.snapshot),
-            envelope=mask(record.envelope),
-            task_args=mask(record.task_args),
-            task_kwargs=mask(record.task_kwargs),
-        )
+        return redact_record(record, keys)
 
     def _guard(self, operation: str) -> AbstractContextManager[None]:
         return _translate_errors(self.engine, operation)
@@ -288,27 +276,8 @@ def _row(record: DeadLetter) -> dict[str, Any]:
         "task_id": record.task_id,
         "topic": record.topic,
         "resolved_at": record.resolved_at,
-        "body": _plain(record.to_dict()),
+        "body": plain_json(record.to_dict()),
     }
-
-
-def _plain(value: Any) -> Any:
-    """Plain JSON data: what JSON cannot carry becomes its ``str()``, like ``to_json()``.
-
-    Non-finite floats become strings too, because PostgreSQL's JSON type refuses NaN.
-    """
-    text = json.dumps(value, default=str, ensure_ascii=False)
-    return _finite(json.loads(text))
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, builtins.list):
-        return [_finite(item) for item in value]
-    return value
 
 
 def _record(body: Any, resolved_at: float | None) -> DeadLetter:
