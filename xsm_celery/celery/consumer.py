@@ -26,6 +26,7 @@ from kombu import Consumer
 
 from xsm_celery.eda import Delivery
 from xsm_celery.eda.envelope import DEFAULT_MAX_ENVELOPE_BYTES
+from xsm_celery.errors import BrokerPublishError
 from xsm_celery.kombu import DEFAULT_PREFETCH, Partitioning
 from xsm_celery.kombu.inbound import Inbound, settle_message
 from xsm_celery.kombu.subscription import Held, Subscription
@@ -69,7 +70,10 @@ class _HeldBroker:
             yield delivery
 
     def publish(self, topic: str, envelope: Any) -> None:
-        raise NotImplementedError("the consumer step only consumes; publish with an adapter")
+        raise BrokerPublishError(
+            f"the consumer step only consumes; publish to {topic!r} with a KombuBrokerAdapter "
+            "or the outbox relay"
+        )
 
     def ack(self, delivery: Delivery) -> None:
         delivery.ack()

@@ -9,6 +9,7 @@ order and delivering their thread-safe mailboxes, so tests need no sleeps. A
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import heapq
 import itertools
@@ -57,22 +58,22 @@ class TimerHandle:
         self.cancelled = True
 
 
-class Clock:
+class Clock(abc.ABC):
     """Base clock: ``now()`` in monotonic milliseconds, ``wall_now()`` in epoch seconds."""
 
+    @abc.abstractmethod
     def now(self) -> float:
         """Monotonic time in milliseconds."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def wall_now(self) -> float:
         """Wall-clock time in epoch seconds (what snapshots and dead letters record)."""
-        raise NotImplementedError
 
-    def attach(self, participant: ClockParticipant) -> None:
-        """Register an interpreter whose timers this clock drives."""
+    def attach(self, participant: ClockParticipant) -> None:  # noqa: B027
+        """Register an interpreter whose timers this clock drives (by default, none)."""
 
-    def detach(self, participant: ClockParticipant) -> None:
-        """Forget an interpreter (it stopped)."""
+    def detach(self, participant: ClockParticipant) -> None:  # noqa: B027
+        """Forget an interpreter (it stopped); a no-op for clocks that drive none."""
 
     @property
     def is_simulated(self) -> bool:
