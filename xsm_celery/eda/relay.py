@@ -108,15 +108,10 @@ class OutboxRelay:
                     self.broker.publish(row.topic, row.envelope)
                     sent += 1
         except BaseException:
-            logger.warning(
-                "outbox relay %s: publish failed after %d of %d rows; releasing the rest",
-                self.owner,
-                sent,
-                len(rows),
-            )
-            self._settle(rows, sent)
+            self._log_failure(sent, len(rows))
             raise
-        self._settle(rows, sent)
+        finally:
+            self._settle(rows, sent)
         return sent
 
     async def relay_once(self) -> int:
@@ -128,16 +123,19 @@ class OutboxRelay:
                 await maybe_await(self.broker.publish(row.topic, row.envelope))
                 sent += 1
         except BaseException:
-            logger.warning(
-                "outbox relay %s: publish failed after %d of %d rows; releasing the rest",
-                self.owner,
-                sent,
-                len(rows),
-            )
-            self._settle(rows, sent)
+            self._log_failure(sent, len(rows))
             raise
-        self._settle(rows, sent)
+        finally:
+            self._settle(rows, sent)
         return sent
+
+    def _log_failure(self, sent: int, taken: int) -> None:
+        logger.warning(
+            "outbox relay %s: publish failed after %d of %d rows; releasing the rest",
+            self.owner,
+            sent,
+            taken,
+        )
 
     def relay_all_sync(self, *, max_batches: int = 1000) -> int:
         """Run ``relay_once_sync`` until a batch comes back short; return the total sent."""
