@@ -50,8 +50,8 @@ def _one_line(exc: click.UsageError) -> CliError:
     return CliError(exc.format_message())
 
 
-class OneLineCommand(click.Command):
-    """A command whose usage errors are one-line ``CliError``s."""
+class _OneLineUsage(click.Command):
+    """Parse as click does, but report a usage error as a one-line ``CliError``."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         """Parse as click does, but report a usage error on one line."""
@@ -63,19 +63,14 @@ class OneLineCommand(click.Command):
             raise _one_line(exc) from None
 
 
-class OneLineGroup(click.Group):
+class OneLineCommand(_OneLineUsage):
+    """A command whose usage errors are one-line ``CliError``s."""
+
+
+class OneLineGroup(_OneLineUsage, click.Group):
     """A group whose usage errors (bad option, unknown sub-command) are one line."""
 
     command_class = OneLineCommand
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        """Parse as click does, but report a usage error on one line."""
-        try:
-            return super().parse_args(ctx, args)
-        except click.exceptions.NoArgsIsHelpError:
-            raise
-        except click.UsageError as exc:
-            raise _one_line(exc) from None
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]
