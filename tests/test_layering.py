@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 THIRD_PARTY = ("celery", "kombu", "django", "sqlalchemy", "redis", "click", "rich", "psycopg")
-CORE = ("xsm_celery", "xsm_celery.errors")
+CORE = ("xsm_celery", "xsm_celery.errors", "xsm_celery.hooks")
 
 
 def _import_with_blocked(modules: tuple[str, ...]) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,107 @@
+"""One stream of facts the package emits, for metrics, traces, Celery events and logs.
+
+The core and the integrations report what happened (a retry was scheduled, a dead letter was
+written, a timer fired late, a breaker opened) by calling :func:`emit` with a :class:`FactKind`
+and a few fields. Exporters subscribe with :func:`subscribe`; the core never imports one. With
+no subscriber, ``emit`` returns after one truth test, so the hot paths pay nothing for it.
+
+A subscriber that raises is logged and skipped: observing the work must never break it.
+
+Fields are plain values with bounded cardinality where an exporter may turn them into labels
+(task names, exception type names, reasons, outcomes), never task arguments or context values.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+__all__ = [
+    "Fact",
+    "FactKind",
+    "Subscriber",
+    "emit",
+    "subscribe",
+    "subscribers",
+    "unsubscribe",
+]
+
+_log = logging.getLogger(__name__)
+
+
+class FactKind(enum.Enum):
+    """What a fact reports. Its value is the stable name exporters and log pipelines use."""
+
+    ATTEMPT_STARTED = "attempt_started"
+    ATTEMPT_FINISHED = "attempt_finished"
+    RETRY_SCHEDULED = "retry_scheduled"
+    GAVE_UP = "gave_up"
+    DEAD_LETTER_WRITTEN = "dead_letter_written"
+    DEAD_LETTER_REPLAYED = "dead_letter_replayed"
+    HEADER_REJECTED = "header_rejected"
+    TIMER_SCHEDULED = "timer_scheduled"
+    TIMER_FIRED = "timer_fired"
+    OUTBOX_RELAYED = "outbox_relayed"
+    DISPATCH_OUTCOME = "dispatch_outcome"
+    WORKFLOW_STEP = "workflow_step"
+    WORKFLOW_STEP_FAILED = "workflow_step_failed"
+    WORKFLOW_TRANSITION = "workflow_transition"
+    STALE_COMPLETION = "stale_completion"
+    BREAKER_TRANSITION = "breaker_transition"
+    LIMIT_ADMITTED = "limit_admitted"
+    LIMIT_DEFERRED = "limit_deferred"
+    BACKEND_UNAVAILABLE = "backend_unavailable"
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """One thing that happened, with the fields that describe it."""
+
+    #: What happened.
+    kind: FactKind
+    #: Its details; read-only, so one subscriber cannot change what the next one sees.
+    fields: Mapping[str, object] = field(default_factory=dict)
+
+
+#: A subscriber receives every fact emitted after it subscribed.
+Subscriber = Callable[[Fact], None]
+
+_subscribers: tuple[Subscriber, ...] = ()
+_lock = threading.Lock()
+
+
+def subscribe(subscriber: Subscriber) -> Callable[[], None]:
+    """Start sending facts to ``subscriber``; returns a function that stops it again."""
+    global _subscribers
+    with _lock:
+        _subscribers = (*_subscribers, subscriber)
+    return lambda: unsubscribe(subscriber)
+
+
+def unsubscribe(subscriber: Subscriber) -> None:
+    """Stop sending facts to ``subscriber``; unknown subscribers are ignored."""
+    global _subscribers
+    with _lock:
+        _subscribers = tuple(s for s in _subscribers if s is not subscriber)
+
+
+def subscribers() -> tuple[Subscriber, ...]:
+    """The current subscribers, in the order they subscribed."""
+    return _subscribers
+
+
+def emit(kind: FactKind, **fields: object) -> None:
+    """Report one fact to every subscriber; costs one truth test when there is none."""
+    current = _subscribers
+    if not current:
+        return
+    fact = Fact(kind, MappingProxyType(fields))
+    for subscriber in current:
+        try:
+            subscriber(fact)
+        except Exception:
+            _log.exception("xsm_celery hook subscriber %r failed on %s", subscriber, kind.value)
