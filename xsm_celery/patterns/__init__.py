@@ -21,6 +21,7 @@ from xsm_celery.patterns.dead_letter_plugin import DEAD_LETTER_TAG, DeadLetterPl
 from xsm_celery.patterns.error_chain import ERRORS_CONTEXT_KEY, error_entry
 from xsm_celery.patterns.jitter import Jitter
 from xsm_celery.patterns.retry import RetryPolicy
+from xsm_celery.patterns.saga import SagaBuilder, SagaStep
 
 __all__ = [
     # Retry
@@ -44,4 +45,7 @@ __all__ = [
     "CircuitState",
     "circuit_breaker",
     "circuit_breaker_logic",
+    # Sagas
+    "SagaBuilder",
+    "SagaStep",
 ]
