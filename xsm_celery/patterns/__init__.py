@@ -9,6 +9,7 @@ from __future__ import annotations
 from xsm_celery.errors import CircuitOpenError
 from xsm_celery.patterns.breaker import CircuitBreaker, CircuitState, circuit_breaker
 from xsm_celery.patterns.breaker_chart import CIRCUIT_BREAKER_CONFIG, circuit_breaker_logic
+from xsm_celery.patterns.choreography import ChoreographyRouter, Route
 from xsm_celery.patterns.dead_letter import (
     DeadLetter,
     DeadLetterReason,
@@ -48,4 +49,7 @@ __all__ = [
     # Sagas
     "SagaBuilder",
     "SagaStep",
+    # Choreography
+    "ChoreographyRouter",
+    "Route",
 ]
