@@ -7,6 +7,12 @@ both sources of dead letters share one record); patterns never imports eda.
 
 from __future__ import annotations
 
+from xsm_celery.eda.asyncapi import (
+    ASYNCAPI_VERSION,
+    asyncapi_document,
+    load_asyncapi_schema,
+    validate_asyncapi,
+)
 from xsm_celery.eda.broker import BatchPublisher, BrokerAdapter, Delivery, SyncBrokerAdapter
 from xsm_celery.eda.dead_letter import (
     DEAD_LETTER_EVENT_TYPE,
@@ -103,6 +109,11 @@ __all__ = [
     # Replay
     "ReplayResult",
     "replay_dead_letter",
+    # AsyncAPI
+    "ASYNCAPI_VERSION",
+    "asyncapi_document",
+    "load_asyncapi_schema",
+    "validate_asyncapi",
     # Errors
     "BrokerPublishError",
     "EnvelopeCorruptError",
