@@ -1,6 +1,7 @@
 """Event-driven plumbing: CloudEvents envelopes, broker adapters, dispatcher, outbox.
 
-Everything here is standard library only. ``xsm_celery.eda`` may import
+Everything here is standard library only (AsyncAPI validation imports ``jsonschema``, the
+``asyncapi`` extra, when it is called). ``xsm_celery.eda`` may import
 ``xsm_celery.patterns`` (it re-exports the dead-letter record and plugin from there, so
 both sources of dead letters share one record); patterns never imports eda.
 """

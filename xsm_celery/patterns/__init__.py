@@ -1,7 +1,9 @@
-"""Resilience patterns as small statecharts: retry with backoff, dead letters, breakers.
+"""Resilience patterns as small statecharts: retry with backoff, dead letters, breakers,
+sagas with compensation, and choreography between machines.
 
 Each pattern is a chart plus a little logic, so it runs on the same engine as the user's
-own machines, persists with them and renders in the same diagrams. See docs/patterns.md.
+own machines, persists with them and renders in the same diagrams. See docs/patterns.md and
+docs/sagas.md.
 """
 
 from __future__ import annotations
