@@ -3,7 +3,8 @@
 Everything here is standard library only (AsyncAPI validation imports ``jsonschema``, the
 ``asyncapi`` extra, when it is called). ``xsm_celery.eda`` may import
 ``xsm_celery.patterns`` (it re-exports the dead-letter record and plugin from there, so
-both sources of dead letters share one record); patterns never imports eda.
+both sources of dead letters share one record); patterns never imports eda at module
+level (the choreography router builds its dispatcher inside a function).
 """
 
 from __future__ import annotations
