@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.patterns.sagas import Calls, run_saga
-from xsm_celery.patterns import SagaBuilder
+from xsm_celery.patterns import RetryPolicy, SagaBuilder
 
 
 @st.composite
@@ -61,3 +61,36 @@ def test_compensation_is_the_exact_reverse_of_completed_steps(case: dict[str, An
     succeeded = [u.split(":")[1] for u in undos if not (broken is not None and u == f"undo:s{broken}")]
     assert interp.context["compensated"] == succeeded
     assert interp.status == "done"
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.integers(min_value=0, max_value=5), min_size=1, max_size=4),
+    st.integers(min_value=1, max_value=4),
+)
+def test_a_retried_step_runs_at_most_max_attempts(failures: list[int], max_attempts: int) -> None:
+    """Each retry= step runs min(failures + 1, max_attempts) times; the saga completes iff all fit."""
+    calls = Calls()
+    policy = RetryPolicy(max_attempts=max_attempts, base_ms=10, jitter="none")
+    saga = SagaBuilder("retry")
+    services: dict[str, Any] = {}
+    for index, count in enumerate(failures):
+        saga.step(f"s{index}", invoke=f"do{index}", compensate=f"undo{index}", retry=policy)
+        services[f"do{index}"] = calls.service(f"do:s{index}", fail=count)
+        services[f"undo{index}"] = calls.service(f"undo:s{index}")
+    interp, clock = run_saga(saga, services)
+    for _ in range(len(failures) * max_attempts + 1):
+        clock.increment(10_000)
+    ran = [c for c in calls.order if c.startswith("do:")]
+    first_giving_up = next((i for i, n in enumerate(failures) if n >= max_attempts), None)
+    for index, count in enumerate(failures):
+        expected = 0 if first_giving_up is not None and index > first_giving_up else min(
+            count + 1, max_attempts
+        )
+        assert ran.count(f"do:s{index}") == expected
+    if first_giving_up is None:
+        assert interp.current_state_ids == {"retry.completed"}
+    else:
+        assert interp.current_state_ids == {"retry.failed"}
+        undone = [c for c in calls.order if c.startswith("undo:")]
+        assert undone == [f"undo:s{i}" for i in reversed(range(first_giving_up))]
