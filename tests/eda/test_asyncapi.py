@@ -258,3 +258,18 @@ def test_consumed_events_and_publish_specs_feed_the_document() -> None:
         "order.cancelled",
         "xsm.order.transition.cancelled",
     ]
+
+
+def test_types_that_sanitise_to_the_same_key_stay_apart() -> None:
+    """'a/b' and 'a_b' get different keys, so neither message hides the other."""
+    machine = create_machine(
+        {"id": "m", "initial": "a",
+         "states": {"a": {"on": {"X": {"target": "b", "meta": {"publish": "a/b"}},
+                                 "Y": {"target": "b", "meta": {"publish": "a_b"}}}},
+                    "b": {"type": "final"}}}
+    )  # fmt: skip
+    doc = asyncapi_document(machine, SERVER)
+    names = {m["name"] for m in doc["components"]["messages"].values()}
+    assert {"a/b", "a_b"} <= names
+    assert len(doc["channels"]["outbound"]["messages"]) == 2
+    validate_asyncapi(doc)

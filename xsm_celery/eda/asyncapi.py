@@ -46,9 +46,26 @@ _OUTBOUND = "outbound"
 _ENVELOPE_SCHEMA = "CloudEventEnvelope"
 
 
-def _key(name: str) -> str:
-    """``name`` as a legal AsyncAPI map key (other characters become ``_``)."""
-    return _UNSAFE_KEY.sub("_", name) or "_"
+class _Keys:
+    """Legal, unique AsyncAPI map keys for names that may not be (``a/b`` and ``a_b``)."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, str] = {}
+        self._taken: set[str] = set()
+
+    def __call__(self, name: str) -> str:
+        """The key of ``name``: the same name always gets the same key."""
+        known = self._by_name.get(name)
+        if known is not None:
+            return known
+        base = _UNSAFE_KEY.sub("_", name) or "_"
+        key, suffix = base, 1
+        while key in self._taken:
+            suffix += 1
+            key = f"{base}_{suffix}"
+        self._by_name[name] = key
+        self._taken.add(key)
+        return key
 
 
 def _envelope_schema() -> dict[str, Any]:
@@ -186,22 +203,23 @@ def asyncapi_document(
     """
     inbound = _check_topic("inbound_topic", machine.id if inbound_topic is None else inbound_topic)
     outbound = _check_topic("outbound_topic", outbound_topic)
+    keys = _Keys()
     messages: dict[str, Any] = {}
     operations: dict[str, Any] = {}
     consumed: list[str] = []
     for event in consumed_events(machine):
         event_type = f"xsm.{machine.id}.{event}"
-        key = _key(event_type)
+        key = keys(event_type)
         consumed.append(key)
         summary = f"Sends {event} to the {machine.id} instance named by the subject."
         messages[key] = _message(event_type, summary, {"type": ["object", "null"]})
-        operations[_key(f"receive.{event_type}")] = _operation("receive", _INBOUND, key, summary)
+        operations[keys(f"receive.{event_type}")] = _operation("receive", _INBOUND, key, summary)
     published: list[str] = []
     for event_type, (summary, data) in _published(machine).items():
-        key = _key(event_type)
+        key = keys(event_type)
         published.append(key)
         messages[key] = _message(event_type, summary, data)
-        operations[_key(f"send.{event_type}")] = _operation("send", _OUTBOUND, key, summary)
+        operations[keys(f"send.{event_type}")] = _operation("send", _OUTBOUND, key, summary)
     channels = {
         _INBOUND: _channel(inbound, f"Commands and events {machine.id} consumes.", consumed,
                            inbound_bindings),
