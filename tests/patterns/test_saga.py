@@ -313,3 +313,41 @@ def test_each_outcome_is_reported_on_the_fact_stream() -> None:
         ("reserve", "compensated"),
     ]
     assert all(set(f) == {"saga", "step", "outcome"} for f in facts)
+
+
+def test_a_timeout_is_in_the_dead_letter_error_chain() -> None:
+    """A step that timed out, then an undo that failed: the dead letter lists both, in order."""
+    calls = Calls()
+    store = MemoryDeadLetterStore()
+    saga = (
+        SagaBuilder("fulfil")
+        .step("reserve", invoke="reserveStock", compensate="releaseStock")
+        .step("charge", invoke="chargeCard", timeout_ms=1000)
+    )
+    interp, clock = run_saga(
+        saga,
+        {
+            "reserveStock": calls.service("reserve"),
+            "releaseStock": calls.service("release", fail=True),
+            "chargeCard": hang("charge", calls),
+        },
+        plugins=[DeadLetterPlugin(store)],
+    )
+    clock.increment(1000)
+    assert interp.current_state_ids == {"fulfil.compensationFailed"}
+    [letter] = store.list()
+    assert [e["type"] for e in letter.errors] == ["TimeoutError", "RuntimeError"]
+    assert "'charge' timed out" in letter.errors[0]["message"]
+
+
+def test_secrets_from_the_input_are_masked_in_context_error() -> None:
+    """An error message quoting a secret from context is stored with the secret masked."""
+
+    def charge(interp: Any, ctx: dict[str, Any], event: Any) -> None:
+        raise RuntimeError(f"card {ctx['input']['card_token']} declined")
+
+    saga = SagaBuilder("pay", start_event="START").step("charge", invoke="chargeCard")
+    interp, _ = run_saga(saga, {"chargeCard": charge})
+    interp.send("START", card_token="tok_live_4242")
+    assert interp.context["error"]["message"] == "card *** declined"
+    assert "tok_live_4242" not in json.dumps(interp.context["error"])
