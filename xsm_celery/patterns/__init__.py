@@ -8,7 +8,7 @@ docs/sagas.md.
 
 from __future__ import annotations
 
-from xsm_celery.errors import CircuitOpenError
+from xsm_celery.errors import ChoreographyUnsettledError, CircuitOpenError
 from xsm_celery.patterns.breaker import CircuitBreaker, CircuitState, circuit_breaker
 from xsm_celery.patterns.breaker_chart import CIRCUIT_BREAKER_CONFIG, circuit_breaker_logic
 from xsm_celery.patterns.choreography import ChoreographyRouter, Route
@@ -53,5 +53,6 @@ __all__ = [
     "SagaStep",
     # Choreography
     "ChoreographyRouter",
+    "ChoreographyUnsettledError",
     "Route",
 ]
