@@ -20,6 +20,17 @@ from xsm_celery.patterns.dead_letter import (
 from xsm_celery.patterns.dead_letter_plugin import DEAD_LETTER_TAG, DeadLetterPlugin
 from xsm_celery.patterns.error_chain import ERRORS_CONTEXT_KEY, error_entry
 from xsm_celery.patterns.jitter import Jitter
+from xsm_celery.patterns.limit_protocols import (
+    Admission,
+    BreakerDecision,
+    BreakerSettings,
+    BreakerStateBackend,
+    BreakerStatus,
+    ConcurrencyBackend,
+    RateAlgorithm,
+    RateLimitBackend,
+    RateSpec,
+)
 from xsm_celery.patterns.retry import RetryPolicy
 
 __all__ = [
@@ -44,4 +55,14 @@ __all__ = [
     "CircuitState",
     "circuit_breaker",
     "circuit_breaker_logic",
+    # Limit backends
+    "Admission",
+    "BreakerDecision",
+    "BreakerSettings",
+    "BreakerStateBackend",
+    "BreakerStatus",
+    "ConcurrencyBackend",
+    "RateAlgorithm",
+    "RateLimitBackend",
+    "RateSpec",
 ]
