@@ -55,6 +55,13 @@ class FactKind(enum.Enum):
     LIMIT_ADMITTED = "limit_admitted"
     LIMIT_DEFERRED = "limit_deferred"
     BACKEND_UNAVAILABLE = "backend_unavailable"
+    LIMIT_REJECTED = "limit_rejected"
+    BULKHEAD_ADJUSTED = "bulkhead_adjusted"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    FALLBACK_USED = "fallback_used"
+    RETRY_ATTEMPTED = "retry_attempted"
+    RETRY_EXHAUSTED = "retry_exhausted"
+    IDEMPOTENT_REPLAYED = "idempotent_replayed"
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from xsm_celery.errors import CircuitOpenError
 from xsm_celery.patterns.breaker import CircuitBreaker, CircuitState, circuit_breaker
+from xsm_celery.patterns.breaker_backend import MemoryBreakerStateBackend, breaker_from_settings
 from xsm_celery.patterns.breaker_chart import CIRCUIT_BREAKER_CONFIG, circuit_breaker_logic
 from xsm_celery.patterns.dead_letter import (
     DeadLetter,
@@ -20,6 +21,7 @@ from xsm_celery.patterns.dead_letter import (
 from xsm_celery.patterns.dead_letter_plugin import DEAD_LETTER_TAG, DeadLetterPlugin
 from xsm_celery.patterns.error_chain import ERRORS_CONTEXT_KEY, error_entry
 from xsm_celery.patterns.jitter import Jitter
+from xsm_celery.patterns.limit_memory import MemoryConcurrencyBackend, MemoryRateLimitBackend
 from xsm_celery.patterns.limit_protocols import (
     Admission,
     BreakerDecision,
@@ -31,7 +33,9 @@ from xsm_celery.patterns.limit_protocols import (
     RateLimitBackend,
     RateSpec,
 )
+from xsm_celery.patterns.rate_limit import LimiterStats, RateLimiter, TokenBucket
 from xsm_celery.patterns.retry import RetryPolicy
+from xsm_celery.patterns.sliding_window import SlidingWindow, SlidingWindowLimiter
 
 __all__ = [
     # Retry
@@ -65,4 +69,14 @@ __all__ = [
     "RateAlgorithm",
     "RateLimitBackend",
     "RateSpec",
+    "MemoryBreakerStateBackend",
+    "MemoryConcurrencyBackend",
+    "MemoryRateLimitBackend",
+    "breaker_from_settings",
+    # Rate limits
+    "LimiterStats",
+    "RateLimiter",
+    "SlidingWindow",
+    "SlidingWindowLimiter",
+    "TokenBucket",
 ]
