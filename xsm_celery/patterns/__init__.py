@@ -6,10 +6,12 @@ own machines, persists with them and renders in the same diagrams. See docs/patt
 
 from __future__ import annotations
 
-from xsm_celery.errors import CircuitOpenError
+from xsm_celery.errors import BulkheadRejectedError, CircuitOpenError
+from xsm_celery.patterns.aimd import AIMDBulkhead, AIMDConfig
 from xsm_celery.patterns.breaker import CircuitBreaker, CircuitState, circuit_breaker
 from xsm_celery.patterns.breaker_backend import MemoryBreakerStateBackend, breaker_from_settings
 from xsm_celery.patterns.breaker_chart import CIRCUIT_BREAKER_CONFIG, circuit_breaker_logic
+from xsm_celery.patterns.bulkhead import Bulkhead, BulkheadConfig, BulkheadStats, bulkhead
 from xsm_celery.patterns.dead_letter import (
     DeadLetter,
     DeadLetterReason,
@@ -79,4 +81,12 @@ __all__ = [
     "SlidingWindow",
     "SlidingWindowLimiter",
     "TokenBucket",
+    # Bulkheads
+    "AIMDBulkhead",
+    "AIMDConfig",
+    "Bulkhead",
+    "BulkheadConfig",
+    "BulkheadRejectedError",
+    "BulkheadStats",
+    "bulkhead",
 ]
