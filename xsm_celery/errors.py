@@ -24,7 +24,7 @@ uses) to catch everything the library raises on purpose. The tree::
         - RateLimitExceededError: a rate limiter refused or timed out
         - BulkheadRejectedError: every slot and queue place of a bulkhead is taken
         - DeadlineExceededError (also a TimeoutError): a call ran past its timeout
-        - RetryExhaustedError: a retry loop ran out of attempts or was aborted
+        - RetryExhaustedError: an in-process retry loop ran out of attempts
         - IdempotencyInProgressError: the same idempotency key is running elsewhere
       - StoreError: a store failed or refused a write
         - ConflictError
@@ -273,11 +273,13 @@ class DeadlineExceededError(PolicyError, TimeoutError):
 
 
 class RetryExhaustedError(PolicyError):
-    """Raised when a retry loop stops without a success: out of attempts, or aborted.
+    """Raised when an in-process retry loop runs out of attempts (or of deadline).
 
-    ``attempts`` is how many ran, ``reason`` is ``"exhausted"``, ``"abort_on"`` or
-    ``"abort_if"``, and ``last_error`` the final exception (also the ``__cause__``), or
-    None when the last attempt returned a result the policy refused.
+    ``attempts`` is how many ran; ``reason`` is ``"exhausted"`` (the last attempt failed),
+    ``"result"`` (it returned a value ``retry_on_result`` still refused) or
+    ``"deadline"`` (the next delay would pass the open deadline); ``last_error`` is the
+    final exception (also the ``__cause__``), or None. A failure the policy never retries
+    (``give_up_on``, ``abort_if``) is re-raised as it is, not wrapped.
     """
 
     def __init__(

@@ -6,7 +6,13 @@ own machines, persists with them and renders in the same diagrams. See docs/patt
 
 from __future__ import annotations
 
-from xsm_celery.errors import BulkheadRejectedError, CircuitOpenError
+from xsm_celery.errors import (
+    BulkheadRejectedError,
+    CircuitOpenError,
+    DeadlineExceededError,
+    RateLimitExceededError,
+    RetryExhaustedError,
+)
 from xsm_celery.patterns.aimd import AIMDBulkhead, AIMDConfig
 from xsm_celery.patterns.breaker import CircuitBreaker, CircuitState, circuit_breaker
 from xsm_celery.patterns.breaker_backend import MemoryBreakerStateBackend, breaker_from_settings
@@ -22,6 +28,7 @@ from xsm_celery.patterns.dead_letter import (
 )
 from xsm_celery.patterns.dead_letter_plugin import DEAD_LETTER_TAG, DeadLetterPlugin
 from xsm_celery.patterns.error_chain import ERRORS_CONTEXT_KEY, error_entry
+from xsm_celery.patterns.fallback import Fallback
 from xsm_celery.patterns.jitter import Jitter
 from xsm_celery.patterns.limit_memory import MemoryConcurrencyBackend, MemoryRateLimitBackend
 from xsm_celery.patterns.limit_protocols import (
@@ -35,14 +42,31 @@ from xsm_celery.patterns.limit_protocols import (
     RateLimitBackend,
     RateSpec,
 )
+from xsm_celery.patterns.pipeline import DEFAULT_ORDER, STAGES, ResiliencePipeline
 from xsm_celery.patterns.rate_limit import LimiterStats, RateLimiter, TokenBucket
-from xsm_celery.patterns.retry import RetryPolicy
+from xsm_celery.patterns.retry import ErrorPredicate, ResultPredicate, RetryPolicy
+from xsm_celery.patterns.retry_call import acall_with_retry, call_with_retry, retry
 from xsm_celery.patterns.sliding_window import SlidingWindow, SlidingWindowLimiter
+from xsm_celery.patterns.timeout import (
+    Deadline,
+    TimeoutManager,
+    acall_with_timeout,
+    call_with_timeout,
+    current_deadline,
+    deadline,
+    with_timeout,
+)
 
 __all__ = [
     # Retry
     "Jitter",
+    "ErrorPredicate",
+    "ResultPredicate",
+    "RetryExhaustedError",
     "RetryPolicy",
+    "acall_with_retry",
+    "call_with_retry",
+    "retry",
     # Dead letters
     "DEAD_LETTER_TAG",
     "DeadLetter",
@@ -89,4 +113,19 @@ __all__ = [
     "BulkheadRejectedError",
     "BulkheadStats",
     "bulkhead",
+    # Timeouts
+    "Deadline",
+    "DeadlineExceededError",
+    "TimeoutManager",
+    "acall_with_timeout",
+    "call_with_timeout",
+    "current_deadline",
+    "deadline",
+    "with_timeout",
+    # Fallback and composition
+    "DEFAULT_ORDER",
+    "Fallback",
+    "RateLimitExceededError",
+    "ResiliencePipeline",
+    "STAGES",
 ]

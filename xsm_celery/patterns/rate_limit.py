@@ -24,7 +24,14 @@ from xsm_celery.engine import Clock, WallClock
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns.limit_protocols import Admission, RateLimitBackend, RateSpec
 
-__all__ = ["LimiterStats", "RateLimiter", "TokenBucket"]
+__all__ = [
+    "BaseLimiter",
+    "LimiterStats",
+    "RateLimiter",
+    "TokenBucket",
+    "check_cost",
+    "check_timeout",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,15 +169,19 @@ class BaseLimiter(abc.ABC):
         Returns False when the timeout ran out first (like ``threading.Semaphore``); a
         ``timeout`` of None waits as long as the limit needs.
         """
+        return self.admit(cost, timeout).allowed
+
+    def admit(self, cost: float = 1.0, timeout: float | None = None) -> Admission:
+        """Like ``acquire``, returning the last decision: a refusal says how long to wait."""
         budget = check_timeout(timeout)
         deadline = None if budget is None else time.monotonic() + budget
         while True:
             admission = self.decide(cost)
             if admission.allowed:
-                return True
+                return admission
             wait = _wait_s(admission, deadline)
             if wait is None:
-                return False
+                return admission
             time.sleep(wait)
 
     async def atry_acquire(self, cost: float = 1.0) -> bool:
@@ -179,15 +190,19 @@ class BaseLimiter(abc.ABC):
 
     async def aacquire(self, cost: float = 1.0, timeout: float | None = None) -> bool:
         """Like ``acquire``, waiting with ``asyncio.sleep`` so the loop keeps running."""
+        return (await self.aadmit(cost, timeout)).allowed
+
+    async def aadmit(self, cost: float = 1.0, timeout: float | None = None) -> Admission:
+        """Like ``admit``, waiting with ``asyncio.sleep``."""
         budget = check_timeout(timeout)
         deadline = None if budget is None else time.monotonic() + budget
         while True:
             admission = await self._adecide(cost)
             if admission.allowed:
-                return True
+                return admission
             wait = _wait_s(admission, deadline)
             if wait is None:
-                return False
+                return admission
             await asyncio.sleep(wait)
 
     def get_stats(self) -> LimiterStats:
