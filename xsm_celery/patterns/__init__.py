@@ -10,6 +10,7 @@ from xsm_celery.errors import (
     BulkheadRejectedError,
     CircuitOpenError,
     DeadlineExceededError,
+    IdempotencyInProgressError,
     RateLimitExceededError,
     RetryExhaustedError,
 )
@@ -29,6 +30,13 @@ from xsm_celery.patterns.dead_letter import (
 from xsm_celery.patterns.dead_letter_plugin import DEAD_LETTER_TAG, DeadLetterPlugin
 from xsm_celery.patterns.error_chain import ERRORS_CONTEXT_KEY, error_entry
 from xsm_celery.patterns.fallback import Fallback
+from xsm_celery.patterns.idempotency import (
+    Claim,
+    IdempotencyStore,
+    MemoryIdempotencyStore,
+    default_key,
+    idempotent,
+)
 from xsm_celery.patterns.jitter import Jitter
 from xsm_celery.patterns.limit_memory import MemoryConcurrencyBackend, MemoryRateLimitBackend
 from xsm_celery.patterns.limit_protocols import (
@@ -128,4 +136,11 @@ __all__ = [
     "RateLimitExceededError",
     "ResiliencePipeline",
     "STAGES",
+    # Idempotency
+    "Claim",
+    "IdempotencyInProgressError",
+    "IdempotencyStore",
+    "MemoryIdempotencyStore",
+    "default_key",
+    "idempotent",
 ]
