@@ -29,6 +29,20 @@ from xsm_celery.patterns.dead_letter import (
 )
 from xsm_celery.patterns.dead_letter_plugin import DEAD_LETTER_TAG, DeadLetterPlugin
 from xsm_celery.patterns.error_chain import ERRORS_CONTEXT_KEY, error_entry
+from xsm_celery.patterns.events import (
+    EVENT_KINDS,
+    CircuitClosedEvent,
+    CircuitClosedHook,
+    CircuitHalfOpenedEvent,
+    CircuitOpenedEvent,
+    CircuitOpenedHook,
+    ResilienceEvent,
+    RetryAttemptedEvent,
+    RetryAttemptedHook,
+    RetryExhaustedEvent,
+    event_from_fact,
+    on_event,
+)
 from xsm_celery.patterns.fallback import Fallback
 from xsm_celery.patterns.idempotency import (
     Claim,
@@ -52,6 +66,12 @@ from xsm_celery.patterns.limit_protocols import (
 )
 from xsm_celery.patterns.pipeline import DEFAULT_ORDER, STAGES, ResiliencePipeline
 from xsm_celery.patterns.rate_limit import LimiterStats, RateLimiter, TokenBucket
+from xsm_celery.patterns.registry import (
+    PRESETS,
+    BreakerConfig,
+    CircuitBreakerRegistry,
+    parse_breaker_settings,
+)
 from xsm_celery.patterns.retry import ErrorPredicate, ResultPredicate, RetryPolicy
 from xsm_celery.patterns.retry_call import acall_with_retry, call_with_retry, retry
 from xsm_celery.patterns.sliding_window import SlidingWindow, SlidingWindowLimiter
@@ -143,4 +163,21 @@ __all__ = [
     "MemoryIdempotencyStore",
     "default_key",
     "idempotent",
+    # Registry and events
+    "BreakerConfig",
+    "CircuitBreakerRegistry",
+    "PRESETS",
+    "parse_breaker_settings",
+    "EVENT_KINDS",
+    "CircuitClosedEvent",
+    "CircuitClosedHook",
+    "CircuitHalfOpenedEvent",
+    "CircuitOpenedEvent",
+    "CircuitOpenedHook",
+    "ResilienceEvent",
+    "RetryAttemptedEvent",
+    "RetryAttemptedHook",
+    "RetryExhaustedEvent",
+    "event_from_fact",
+    "on_event",
 ]
