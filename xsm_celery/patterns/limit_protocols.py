@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
 __all__ = [
     "Admission",
@@ -66,9 +66,11 @@ def _positive_int(name: str, value: object) -> int:
     return value
 
 
-@dataclass(frozen=True, slots=True)
-class Admission:
+class Admission(NamedTuple):
     """The answer to one ``acquire``: run now, or how long to wait before asking again.
+
+    A named tuple rather than a dataclass because one is built per admission, on the
+    hottest path of every limiter; build it with keywords all the same.
 
     ``retry_after_s`` is 0.0 when ``allowed``; when refused it is the backend's best
     estimate (> 0) of when the same request would be admitted: exact for a token bucket

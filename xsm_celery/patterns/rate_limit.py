@@ -18,6 +18,7 @@ import asyncio
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from xsm_celery.engine import Clock, WallClock
@@ -75,7 +76,11 @@ class TokenBucket:
 
     def take(self, cost: float, now_s: float) -> Admission:
         """Take ``cost`` tokens if the bucket holds them now; else say when it will."""
-        tokens = self.refill(now_s)
+        tokens = self.tokens
+        elapsed = now_s - self.updated_s
+        if elapsed > 0:
+            tokens = self.tokens = min(self.capacity, tokens + elapsed * self.rate_per_s)
+            self.updated_s = now_s
         if tokens >= cost:
             self.tokens = tokens - cost
             return Admission(True, 0.0, self.tokens)
@@ -133,6 +138,9 @@ class BaseLimiter(abc.ABC):
         self.key: str = key or self.name
         self.backend = backend
         self._clock: Clock = WallClock() if clock is None else clock
+        self._now_s: Callable[[], float] = (
+            time.monotonic if clock is None else lambda: self._clock.now() / 1000.0
+        )
         self._lock = threading.Lock()
         self._admitted = 0
         self._rejected = 0
@@ -145,11 +153,15 @@ class BaseLimiter(abc.ABC):
             ValueError: ``cost`` is not positive or more than the limiter can ever admit.
             StoreUnavailableError: The backend cannot be reached (nothing was counted).
         """
-        cost = check_cost(cost, self.spec.capacity)
+        if type(cost) not in (float, int) or not 0 < cost <= self.spec.capacity:
+            cost = check_cost(cost, self.spec.capacity)  # raises the precise error
         if self.backend is None:
             with self._lock:
-                admission = self._decide_locally(cost, self._clock.now() / 1000.0)
-                self._count(admission)
+                admission = self._decide_locally(cost, self._now_s())
+                if admission.allowed:
+                    self._admitted += 1
+                else:
+                    self._rejected += 1
         else:
             admission = self.backend.acquire(self.key, cost, self.spec)
             with self._lock:
@@ -209,7 +221,7 @@ class BaseLimiter(abc.ABC):
         """Admitted and rejected counts, what is available now, capacity and rate."""
         with self._lock:
             if self.backend is None:
-                available = self._available_locally(self._clock.now() / 1000.0)
+                available = self._available_locally(self._now_s())
             else:
                 available = self._last_remaining
             return LimiterStats(
@@ -229,7 +241,7 @@ class BaseLimiter(abc.ABC):
             self._admitted = 0
             self._rejected = 0
             self._last_remaining = self.spec.capacity
-            self._reset_locally(self._clock.now() / 1000.0)
+            self._reset_locally(self._now_s())
 
     async def _adecide(self, cost: float) -> Admission:
         if self.backend is None:
@@ -301,7 +313,7 @@ class RateLimiter(BaseLimiter):
     ) -> None:
         spec = RateSpec(rate=rate, per_s=per, burst=burst, algorithm="token_bucket")
         super().__init__(spec, name=name, backend=backend, key=key, clock=clock)
-        self._bucket = TokenBucket(spec.capacity, spec.tokens_per_s, self._clock.now() / 1000.0)
+        self._bucket = TokenBucket(spec.capacity, spec.tokens_per_s, self._now_s())
 
     def _decide_locally(self, cost: float, now_s: float) -> Admission:
         return self._bucket.take(cost, now_s)
