@@ -11,8 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xsm_celery.engine import SimulatedClock
+from xsm_celery.errors import StoreUnavailableError
 from xsm_celery.hooks import FactKind, subscribe
-from xsm_celery.patterns import MemoryRateLimitBackend, RateLimiter, TokenBucket
+from xsm_celery.patterns import (
+    Admission,
+    MemoryRateLimitBackend,
+    RateLimiter,
+    RateSpec,
+    SlidingWindowLimiter,
+    TokenBucket,
+)
 
 steps = st.lists(
     st.tuples(st.floats(0, 2.0, allow_nan=False), st.sampled_from([0.5, 1.0, 2.0, 3.0])),
@@ -191,3 +199,58 @@ def test_a_refusal_is_a_fact() -> None:
         stop()
     facts = [f for f in seen if f.kind is FactKind.LIMIT_REJECTED]
     assert [dict(f.fields) for f in facts] == [{"limiter": "mail", "algorithm": "token_bucket"}]
+
+
+class DownBackend:
+    """A backend whose service is down for the first ``failures`` calls (the limiter is under test)."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.inner = MemoryRateLimitBackend()
+
+    def acquire(self, key: str, cost: float, spec: RateSpec) -> Admission:
+        if self.failures > 0:
+            self.failures -= 1
+            raise StoreUnavailableError("redis is down")
+        return self.inner.acquire(key, cost, spec)
+
+    def reset(self, key: str) -> None:
+        self.inner.reset(key)
+
+
+def test_an_outage_raises_by_default() -> None:
+    """With ``on_unavailable='raise'`` the caller sees ``StoreUnavailableError``."""
+    limiter = RateLimiter(rate=5, backend=DownBackend(1))
+    with pytest.raises(StoreUnavailableError):
+        limiter.try_acquire()
+    assert limiter.try_acquire()
+
+
+def test_fail_open_admits_warns_once_and_counts(caplog: pytest.LogCaptureFixture) -> None:
+    """Fail open: calls pass while the backend is down, one warning, counted, a fact each."""
+    seen = []
+    stop = subscribe(seen.append)
+    try:
+        limiter = RateLimiter(rate=1, per=60, burst=1, backend=DownBackend(3), on_unavailable="fail_open")
+        assert [limiter.try_acquire() for _ in range(5)] == [True, True, True, True, False]
+    finally:
+        stop()
+    assert limiter.get_stats().unavailable == 3
+    assert caplog.text.count("backend unavailable") == 1
+    assert "reachable again" in caplog.text
+    facts = [dict(f.fields) for f in seen if f.kind is FactKind.BACKEND_UNAVAILABLE]
+    assert facts == [{"limiter": "RateLimiter", "choice": "fail_open"}] * 3
+
+
+def test_fail_closed_refuses_with_a_wait() -> None:
+    """Fail closed: calls are refused with a retry time while the backend is down."""
+    limiter = SlidingWindowLimiter(rate=2, per=1, backend=DownBackend(1), on_unavailable="fail_closed")
+    refusal = limiter.decide()
+    assert (refusal.allowed, refusal.retry_after_s) == (False, 0.5)
+    assert limiter.try_acquire()
+
+
+def test_an_unknown_outage_choice_is_refused() -> None:
+    """A misspelt ``on_unavailable`` is a ValueError listing the choices."""
+    with pytest.raises(ValueError, match="fail_closed"):
+        RateLimiter(rate=1, on_unavailable="open")  # type: ignore[arg-type]

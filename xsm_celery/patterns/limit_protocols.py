@@ -41,10 +41,16 @@ __all__ = [
     "BreakerStateBackend",
     "BreakerStatus",
     "ConcurrencyBackend",
+    "OutagePolicy",
     "RateAlgorithm",
     "RateLimitBackend",
     "RateSpec",
 ]
+
+#: What a limiter does when its backend raises ``StoreUnavailableError``: ``"raise"`` it to
+#: the caller, ``"fail_open"`` (admit, with a warning and a ``BACKEND_UNAVAILABLE`` fact) or
+#: ``"fail_closed"`` (refuse, as if the limit were reached, so the caller waits or defers).
+OutagePolicy = Literal["raise", "fail_open", "fail_closed"]
 
 #: ``"token_bucket"`` (rate with a burst allowance) or ``"sliding_window"`` (at most
 #: ``rate`` admissions in any window of ``per_s`` seconds, no burst beyond it).

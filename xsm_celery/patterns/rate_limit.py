@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import logging
 import math
 import threading
 import time
@@ -22,8 +23,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from xsm_celery.engine import Clock, WallClock
+from xsm_celery.errors import StoreUnavailableError
 from xsm_celery.hooks import FactKind, emit
-from xsm_celery.patterns.limit_protocols import Admission, RateLimitBackend, RateSpec
+from xsm_celery.patterns.limit_protocols import (
+    Admission,
+    OutagePolicy,
+    RateLimitBackend,
+    RateSpec,
+)
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "BaseLimiter",
@@ -41,6 +50,7 @@ class LimiterStats:
 
     ``available`` is what could be admitted now (tokens or window room); with a backend it
     is the ``remaining`` of the last answer, since asking would cost a round trip.
+    ``unavailable`` counts decisions made without the backend because it was down.
     """
 
     name: str
@@ -49,6 +59,7 @@ class LimiterStats:
     available: float
     capacity: float
     rate_per_s: float
+    unavailable: int = 0
 
 
 class TokenBucket:
@@ -130,7 +141,13 @@ class BaseLimiter(abc.ABC):
         backend: RateLimitBackend | None,
         key: str | None,
         clock: Clock | None,
+        on_unavailable: OutagePolicy = "raise",
     ) -> None:
+        if on_unavailable not in ("raise", "fail_open", "fail_closed"):
+            raise ValueError(
+                "on_unavailable must be 'raise', 'fail_open' or 'fail_closed', "
+                f"got {on_unavailable!r}"
+            )
         if name is not None and (not isinstance(name, str) or not name):
             raise ValueError(f"name must be a non-empty string, got {name!r}")
         self.spec = spec
@@ -145,6 +162,9 @@ class BaseLimiter(abc.ABC):
         self._admitted = 0
         self._rejected = 0
         self._last_remaining = spec.capacity
+        self.on_unavailable: OutagePolicy = on_unavailable
+        self._unavailable = 0
+        self._in_outage = False
 
     def decide(self, cost: float = 1.0) -> Admission:
         """One admission decision for ``cost``, taken now, without waiting.
@@ -163,7 +183,7 @@ class BaseLimiter(abc.ABC):
                 else:
                     self._rejected += 1
         else:
-            admission = self.backend.acquire(self.key, cost, self.spec)
+            admission = self._ask_backend(self.backend, cost)
             with self._lock:
                 self._count(admission)
                 self._last_remaining = admission.remaining
@@ -231,6 +251,7 @@ class BaseLimiter(abc.ABC):
                 available=available,
                 capacity=self.spec.capacity,
                 rate_per_s=self.spec.tokens_per_s,
+                unavailable=self._unavailable,
             )
 
     def reset(self) -> None:
@@ -240,8 +261,37 @@ class BaseLimiter(abc.ABC):
         with self._lock:
             self._admitted = 0
             self._rejected = 0
+            self._unavailable = 0
             self._last_remaining = self.spec.capacity
             self._reset_locally(self._now_s())
+
+    def _ask_backend(self, backend: RateLimitBackend, cost: float) -> Admission:
+        """The backend's answer, or the ``on_unavailable`` choice while it is down."""
+        try:
+            admission = backend.acquire(self.key, cost, self.spec)
+        except StoreUnavailableError as exc:
+            if self.on_unavailable == "raise":
+                raise
+            with self._lock:
+                self._unavailable += 1
+                first = not self._in_outage
+                self._in_outage = True
+            if first:
+                _log.warning(
+                    "rate limit %r: backend unavailable (%s); %s until it is back",
+                    self.name,
+                    exc,
+                    "admitting every call" if self.on_unavailable == "fail_open" else
+                    "refusing every call",
+                )
+            emit(FactKind.BACKEND_UNAVAILABLE, limiter=self.name, choice=self.on_unavailable)
+            if self.on_unavailable == "fail_open":
+                return Admission(True, 0.0, 0.0)
+            return Admission(False, cost / self.spec.tokens_per_s, 0.0)
+        if self._in_outage:
+            self._in_outage = False
+            _log.warning("rate limit %r: backend reachable again", self.name)
+        return admission
 
     async def _adecide(self, cost: float) -> Admission:
         if self.backend is None:
@@ -293,6 +343,9 @@ class RateLimiter(BaseLimiter):
         backend: Where the bucket lives; None keeps it in this process.
         key: The backend key (default: ``name``).
         clock: The engine clock; a ``SimulatedClock`` in tests, wall time by default.
+        on_unavailable: With a backend that is down: ``"raise"`` its
+            ``StoreUnavailableError``, ``"fail_open"`` (admit, warn once, count) or
+            ``"fail_closed"`` (refuse, so callers wait or defer).
 
     Raises:
         ValueError: A number is out of range; the message names it.
@@ -310,9 +363,12 @@ class RateLimiter(BaseLimiter):
         backend: RateLimitBackend | None = None,
         key: str | None = None,
         clock: Clock | None = None,
+        on_unavailable: OutagePolicy = "raise",
     ) -> None:
         spec = RateSpec(rate=rate, per_s=per, burst=burst, algorithm="token_bucket")
-        super().__init__(spec, name=name, backend=backend, key=key, clock=clock)
+        super().__init__(
+            spec, name=name, backend=backend, key=key, clock=clock, on_unavailable=on_unavailable
+        )
         self._bucket = TokenBucket(spec.capacity, spec.tokens_per_s, self._now_s())
 
     def _decide_locally(self, cost: float, now_s: float) -> Admission:

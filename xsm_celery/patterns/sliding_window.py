@@ -11,7 +11,12 @@ from __future__ import annotations
 from collections import deque
 
 from xsm_celery.engine import Clock
-from xsm_celery.patterns.limit_protocols import Admission, RateLimitBackend, RateSpec
+from xsm_celery.patterns.limit_protocols import (
+    Admission,
+    OutagePolicy,
+    RateLimitBackend,
+    RateSpec,
+)
 from xsm_celery.patterns.rate_limit import BaseLimiter
 
 __all__ = ["SlidingWindow", "SlidingWindowLimiter"]
@@ -57,8 +62,8 @@ class SlidingWindowLimiter(BaseLimiter):
     """At most ``rate`` calls in any ``per``-second window; more precise than a bucket at low rates.
 
     Same entry points as ``RateLimiter`` (``try_acquire``, ``acquire``, ``atry_acquire``,
-    ``aacquire``, ``get_stats``, ``reset``), and the same ``backend=`` / ``key=`` to share
-    the window with other processes.
+    ``aacquire``, ``get_stats``, ``reset``), and the same ``backend=`` / ``key=`` /
+    ``on_unavailable=`` to share the window with other processes.
 
     Raises:
         ValueError: ``rate`` or ``per`` is not finite and positive.
@@ -75,9 +80,12 @@ class SlidingWindowLimiter(BaseLimiter):
         backend: RateLimitBackend | None = None,
         key: str | None = None,
         clock: Clock | None = None,
+        on_unavailable: OutagePolicy = "raise",
     ) -> None:
         spec = RateSpec(rate=rate, per_s=per, algorithm="sliding_window")
-        super().__init__(spec, name=name, backend=backend, key=key, clock=clock)
+        super().__init__(
+            spec, name=name, backend=backend, key=key, clock=clock, on_unavailable=on_unavailable
+        )
         self._window = SlidingWindow(spec.rate, spec.per_s)
 
     def _decide_locally(self, cost: float, now_s: float) -> Admission:
