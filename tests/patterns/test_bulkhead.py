@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xsm_celery.errors import BulkheadRejectedError, PolicyError
+from xsm_celery.hooks import subscribe
 from xsm_celery.patterns import Bulkhead, BulkheadConfig, bulkhead
 
 
@@ -212,3 +213,29 @@ def test_bad_limits_are_refused(options: dict[str, float]) -> None:
     """Out-of-range limits raise ``ValueError`` naming the field."""
     with pytest.raises(ValueError, match=next(iter(options))):
         BulkheadConfig(**options)  # type: ignore[arg-type]
+
+
+def test_a_fact_subscriber_may_read_the_bulkhead() -> None:
+    """The rejection fact is emitted outside the lock, so a subscriber reading stats cannot deadlock."""
+    guard = Bulkhead(BulkheadConfig(max_concurrent=1), name="db")
+    seen = []
+    errors: list[BaseException] = []
+
+    def refused() -> None:
+        try:
+            guard.acquire()
+        except BulkheadRejectedError as exc:
+            errors.append(exc)
+
+    stop = subscribe(lambda fact: seen.append(guard.get_stats().rejected))
+    try:
+        guard.acquire()
+        worker = threading.Thread(target=refused)
+        worker.start()
+        worker.join(timeout=5)
+        assert not worker.is_alive()
+    finally:
+        stop()
+        guard.release()
+    assert seen == [1]
+    assert len(errors) == 1

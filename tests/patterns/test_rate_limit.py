@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xsm_celery.engine import SimulatedClock
-from xsm_celery.errors import StoreUnavailableError
+from xsm_celery.errors import RateLimitExceededError, StoreUnavailableError
 from xsm_celery.hooks import FactKind, subscribe
 from xsm_celery.patterns import (
     Admission,
@@ -20,6 +20,7 @@ from xsm_celery.patterns import (
     RateSpec,
     SlidingWindowLimiter,
     TokenBucket,
+    rate_limited,
 )
 
 steps = st.lists(
@@ -254,3 +255,37 @@ def test_an_unknown_outage_choice_is_refused() -> None:
     """A misspelt ``on_unavailable`` is a ValueError listing the choices."""
     with pytest.raises(ValueError, match="fail_closed"):
         RateLimiter(rate=1, on_unavailable="open")  # type: ignore[arg-type]
+
+
+def test_the_throttle_decorator_refuses_with_a_wait() -> None:
+    """``@rate_limited`` runs admitted calls and refuses the rest without running them."""
+    calls = []
+    limiter = RateLimiter(rate=1, per=10, burst=2, name="mail", clock=SimulatedClock())
+
+    @rate_limited(limiter)
+    def send(to: str) -> str:
+        calls.append(to)
+        return to
+
+    assert [send("a"), send("b")] == ["a", "b"]
+    with pytest.raises(RateLimitExceededError) as info:
+        send("c")
+    assert (info.value.name, info.value.retry_after_s) == ("mail", pytest.approx(10))
+    assert calls == ["a", "b"]
+    assert send.limiter is limiter  # type: ignore[attr-defined]
+
+
+def test_the_throttle_decorator_waits_for_async_calls() -> None:
+    """An ``async def`` under ``@rate_limited(wait_s=1)`` waits for its token."""
+    limiter = RateLimiter(rate=20, per=1, burst=1)
+
+    @rate_limited(limiter, wait_s=1.0)
+    async def ping() -> int:
+        return 1
+
+    async def main() -> float:
+        started = time.monotonic()
+        assert [await ping(), await ping()] == [1, 1]
+        return time.monotonic() - started
+
+    assert asyncio.run(main()) >= 0.03

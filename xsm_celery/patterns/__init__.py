@@ -1,7 +1,10 @@
-"""Resilience patterns as small statecharts: retry with backoff, dead letters, breakers.
+"""Resilience patterns: retry with backoff, dead letters, breakers, limiters and the rest.
 
-Each pattern is a chart plus a little logic, so it runs on the same engine as the user's
-own machines, persists with them and renders in the same diagrams. See docs/patterns.md.
+Retry, dead letters and the breaker are charts plus a little logic, so they run on the same
+engine as the user's own machines, persist with them and render in the same diagrams. The
+rate limiters, bulkheads, timeouts, fallback, pipeline and idempotency are plain standard
+library code usable with or without Celery; their shared state sits behind the Protocols of
+``limit_protocols`` and ``idempotency``. See docs/patterns.md.
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ from xsm_celery.patterns.limit_protocols import (
     RateSpec,
 )
 from xsm_celery.patterns.pipeline import DEFAULT_ORDER, STAGES, ResiliencePipeline
-from xsm_celery.patterns.rate_limit import LimiterStats, RateLimiter, TokenBucket
+from xsm_celery.patterns.rate_limit import LimiterStats, RateLimiter, TokenBucket, rate_limited
 from xsm_celery.patterns.registry import (
     PRESETS,
     BreakerConfig,
@@ -135,6 +138,7 @@ __all__ = [
     "SlidingWindow",
     "SlidingWindowLimiter",
     "TokenBucket",
+    "rate_limited",
     # Bulkheads
     "AIMDBulkhead",
     "AIMDConfig",

@@ -157,6 +157,8 @@ class Bulkhead:
             if self._take_now():
                 return
             waiter = self._enqueue(_Waiter(event=threading.Event()))
+        if waiter is None:
+            raise self._rejection()
         assert waiter.event is not None
         waiter.event.wait(budget)
         self._settle(waiter)
@@ -169,6 +171,8 @@ class Bulkhead:
             if self._take_now():
                 return
             waiter = self._enqueue(_Waiter(loop=loop, future=loop.create_future()))
+        if waiter is None:
+            raise self._rejection()
         assert waiter.future is not None
         try:
             await asyncio.wait_for(asyncio.shield(waiter.future), budget)
@@ -273,11 +277,11 @@ class Bulkhead:
             return True
         return False
 
-    def _enqueue(self, waiter: _Waiter) -> _Waiter:
-        """Under the lock: join the line, or be rejected when it is full."""
+    def _enqueue(self, waiter: _Waiter) -> _Waiter | None:
+        """Under the lock: join the line; None (counted as rejected) when it is full."""
         if len(self._waiters) >= self.config.queue_size:
             self._rejected += 1
-            raise self._rejection()
+            return None
         self._waiters.append(waiter)
         return waiter
 
@@ -301,6 +305,7 @@ class Bulkhead:
             waiter.wake()
 
     def _rejection(self) -> BulkheadRejectedError:
+        """The error for a refused caller, reported as a fact; called outside the lock."""
         emit(FactKind.LIMIT_REJECTED, limiter=self.name, algorithm="bulkhead")
         return BulkheadRejectedError(
             self.name, max_concurrent=self._limit, queue_size=self.config.queue_size

@@ -15,15 +15,18 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import functools
+import inspect
 import logging
 import math
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, ParamSpec, TypeVar
 
 from xsm_celery.engine import Clock, WallClock
-from xsm_celery.errors import StoreUnavailableError
+from xsm_celery.errors import RateLimitExceededError, StoreUnavailableError
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns.limit_protocols import (
     Admission,
@@ -41,7 +44,11 @@ __all__ = [
     "TokenBucket",
     "check_cost",
     "check_timeout",
+    "rate_limited",
 ]
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,3 +386,43 @@ class RateLimiter(BaseLimiter):
 
     def _reset_locally(self, now_s: float) -> None:
         self._bucket = TokenBucket(self.spec.capacity, self.spec.tokens_per_s, now_s)
+
+
+def rate_limited(
+    limiter: BaseLimiter, *, cost: float = 1.0, wait_s: float | None = 0.0
+) -> Callable[[Callable[P, T]], Callable[P, T]]:
+    """Admit each call of the decorated function through ``limiter`` (a throttle).
+
+    A call waits up to ``wait_s`` for room (0: not at all; None: as long as needed), then
+    raises ``RateLimitExceededError`` with ``retry_after_s`` without running. Works on
+    plain and ``async def`` functions; the limiter is exposed as ``fn.limiter``.
+    """
+    budget = check_timeout(wait_s)
+
+    def refuse(admission: Admission) -> RateLimitExceededError:
+        return RateLimitExceededError(limiter.name, retry_after_s=admission.retry_after_s)
+
+    def decorate(fn: Callable[P, T]) -> Callable[P, T]:
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                admission = await limiter.aadmit(cost, budget)
+                if not admission.allowed:
+                    raise refuse(admission)
+                return await fn(*args, **kwargs)
+
+            async_wrapper.limiter = limiter  # type: ignore[attr-defined]
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+            admission = limiter.admit(cost, budget)
+            if not admission.allowed:
+                raise refuse(admission)
+            return fn(*args, **kwargs)
+
+        wrapper.limiter = limiter  # type: ignore[attr-defined]
+        return wrapper
+
+    return decorate
