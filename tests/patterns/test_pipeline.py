@@ -72,7 +72,7 @@ def test_the_seed_order_timeout_breaker_retry() -> None:
     started = time.monotonic()
     with pytest.raises(DeadlineExceededError):
         pipeline.call(Failing())
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < 1.0  # the loop alone would take 1.5 s
 
 
 def test_a_fallback_outermost_catches_what_the_others_raise() -> None:

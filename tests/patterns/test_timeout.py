@@ -40,7 +40,7 @@ def test_a_slow_sync_call_is_abandoned_on_time() -> None:
         call_with_timeout(release.wait, 0.05, 5)
     elapsed = time.monotonic() - started
     release.set()
-    assert 0.04 <= elapsed < 0.5
+    assert 0.04 <= elapsed < 1.5
     assert isinstance(info.value, TimeoutError)
     assert isinstance(info.value, PolicyError)
     assert info.value.timeout_s == 0.05
@@ -72,8 +72,8 @@ def test_a_deadline_caps_every_call_inside_it() -> None:
         assert current_deadline() is budget
         call_with_timeout(time.sleep, 1.0, 0.1)
         with pytest.raises(DeadlineExceededError) as info:
-            call_with_timeout(time.sleep, 1.0, 0.5)
-    assert time.monotonic() - started < 0.4
+            call_with_timeout(time.sleep, 5.0, 2.0)
+    assert time.monotonic() - started < 1.0
     assert info.value.timeout_s == 0.15
     assert current_deadline() is None
 
