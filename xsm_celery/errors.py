@@ -273,11 +273,10 @@ class DeadlineExceededError(PolicyError, TimeoutError):
 
 
 class RetryExhaustedError(PolicyError):
-    """Raised when an in-process retry loop runs out of attempts (or of deadline).
+    """Raised when an in-process retry loop runs out of attempts.
 
-    ``attempts`` is how many ran; ``reason`` is ``"exhausted"`` (the last attempt failed),
-    ``"result"`` (it returned a value ``retry_on_result`` still refused) or
-    ``"deadline"`` (the next delay would pass the open deadline); ``last_error`` is the
+    ``attempts`` is how many ran; ``reason`` is ``"exhausted"`` (the last attempt failed)
+    or ``"result"`` (it returned a value ``retry_on_result`` still refused); ``last_error`` is the
     final exception (also the ``__cause__``), or None. A failure the policy never retries
     (``give_up_on``, ``abort_if``) is re-raised as it is, not wrapped.
     """

@@ -9,6 +9,7 @@ import pytest
 
 from xsm_celery.engine import SimulatedClock
 from xsm_celery.errors import CircuitOpenError, DeadlineExceededError, RateLimitExceededError
+from xsm_celery.hooks import Fact, FactKind, subscribe
 from xsm_celery.patterns import (
     Bulkhead,
     BulkheadConfig,
@@ -69,10 +70,28 @@ def test_the_seed_order_timeout_breaker_retry() -> None:
         circuit_breaker=CircuitBreaker(),
         retry=RetryPolicy(max_attempts=50, base_ms=30, factor=1, jitter="none"),
     )
-    started = time.monotonic()
-    with pytest.raises(DeadlineExceededError):
-        pipeline.call(Failing())
-    assert time.monotonic() - started < 1.0  # the loop alone would take 1.5 s
+    seen = []
+    stop = subscribe(seen.append)
+    try:
+        started = time.monotonic()
+        with pytest.raises(DeadlineExceededError):
+            pipeline.call(Failing())
+        assert time.monotonic() - started < 1.0  # the loop alone would take 1.5 s
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline and not _gave_up(seen):
+            time.sleep(0.01)
+    finally:
+        stop()
+    assert _gave_up(seen) == [{"call": "Failing", "attempts": _gave_up(seen)[0]["attempts"], "reason": "deadline"}]
+
+
+def _gave_up(facts: list[Fact]) -> list[dict[str, object]]:
+    """The ``RETRY_EXHAUSTED`` facts of the abandoned loop, which stops at the deadline."""
+    return [
+        dict(f.fields)
+        for f in facts
+        if f.kind is FactKind.RETRY_EXHAUSTED and f.fields.get("call") == "Failing"
+    ]
 
 
 def test_a_fallback_outermost_catches_what_the_others_raise() -> None:

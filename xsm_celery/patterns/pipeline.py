@@ -32,7 +32,7 @@ from xsm_celery.patterns.fallback import Fallback
 from xsm_celery.patterns.limit_protocols import Admission
 from xsm_celery.patterns.rate_limit import BaseLimiter, check_timeout
 from xsm_celery.patterns.retry import RetryPolicy
-from xsm_celery.patterns.retry_call import acall_with_retry, call_with_retry
+from xsm_celery.patterns.retry_call import arun_with_retry, run_with_retry
 from xsm_celery.patterns.timeout import arun_with_timeout, check_seconds, run_with_timeout
 
 __all__ = ["DEFAULT_ORDER", "STAGES", "ResiliencePipeline"]
@@ -67,7 +67,7 @@ class ResiliencePipeline:
         timeout_s: The timeout stage, in seconds.
         rate_limit_wait_s: How long the rate limiter stage waits for a token before it
             raises ``RateLimitExceededError`` (0: not at all; None: as long as needed).
-        name: Used to label the timeout stage in errors and facts.
+        name: The pipeline's name; errors and facts name the called function.
 
     Raises:
         ValueError: An unknown, repeated, missing or unordered stage.
@@ -117,9 +117,10 @@ class ResiliencePipeline:
 
     def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``fn`` through every stage, outermost first."""
+        label = _label(fn)
         call: _Sync = functools.partial(fn, *args, **kwargs)
         for stage in reversed(self.order):
-            call = functools.partial(self._sync_stage, stage, call)
+            call = functools.partial(self._sync_stage, stage, label, call)
         return call()  # type: ignore[no-any-return]
 
     async def acall(
@@ -131,9 +132,10 @@ class ResiliencePipeline:
             result = fn(*args, **kwargs)
             return await result if inspect.isawaitable(result) else result
 
+        label = _label(fn)
         call: _Async = innermost
         for stage in reversed(self.order):
-            call = functools.partial(self._async_stage, stage, call)
+            call = functools.partial(self._async_stage, stage, label, call)
         return await call()  # type: ignore[no-any-return]
 
     def __call__(self, fn: Callable[P, T]) -> Callable[P, T]:
@@ -152,40 +154,44 @@ class ResiliencePipeline:
 
         return wrapper
 
-    def _sync_stage(self, stage: str, call: _Sync) -> Any:
+    def _sync_stage(self, stage: str, label: str, call: _Sync) -> Any:
         policy = self.policies[stage]
         if stage == "fallback":
             return policy.call(call)
         if stage == "retry":
-            return call_with_retry(policy, call)
+            return run_with_retry(policy, label, call)
         if stage == "circuit_breaker":
             return policy.call(call)
         if stage == "rate_limiter":
             self._admitted(policy.admit(timeout=self.rate_limit_wait_s), policy)
             return call()
         if stage == "timeout":
-            return run_with_timeout(self.name, policy, call)
+            return run_with_timeout(label, policy, call)
         return policy.call(call)  # bulkhead
 
-    async def _async_stage(self, stage: str, call: _Async) -> Any:
+    async def _async_stage(self, stage: str, label: str, call: _Async) -> Any:
         policy = self.policies[stage]
         if stage == "fallback":
             return await policy.acall(call)
         if stage == "retry":
-            return await acall_with_retry(policy, call)
+            return await arun_with_retry(policy, label, call)
         if stage == "circuit_breaker":
             return await policy.acall(call)
         if stage == "rate_limiter":
             self._admitted(await policy.aadmit(timeout=self.rate_limit_wait_s), policy)
             return await call()
         if stage == "timeout":
-            return await arun_with_timeout(self.name, policy, call())
+            return await arun_with_timeout(label, policy, call())
         return await policy.acall(call)  # bulkhead
 
     @staticmethod
     def _admitted(admission: Admission, limiter: BaseLimiter) -> None:
         if not admission.allowed:
             raise RateLimitExceededError(limiter.name, retry_after_s=admission.retry_after_s)
+
+
+def _label(fn: object) -> str:
+    return str(getattr(fn, "__qualname__", None) or type(fn).__name__)
 
 
 def _option(stage: str) -> str:

@@ -6,7 +6,9 @@ here instead: the same policy, its delays slept in place. The decision chain is 
 policy's: out of attempts stops with ``RetryExhaustedError``; ``abort_if`` and
 ``give_up_on`` / ``abort_on`` re-raise the failure at once; ``retry_on_result`` retries a
 returned value; ``retry_on`` with ``retry_if`` retries a failure; anything else returns
-or raises as it is. A delay that would end after the open ``deadline`` stops early.
+or raises as it is. A delay that would end after the open ``deadline`` stops the loop
+early with ``DeadlineExceededError`` (the last failure as its cause): waiting could not
+finish in time anyway.
 
 ``BaseException`` subclasses that are not ``Exception`` (cancellation, exit) are never
 retried.
@@ -22,12 +24,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
-from xsm_celery.errors import RetryExhaustedError
+from xsm_celery.errors import DeadlineExceededError, RetryExhaustedError
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns.retry import RetryPolicy
 from xsm_celery.patterns.timeout import current_deadline
 
-__all__ = ["acall_with_retry", "call_with_retry", "retry"]
+__all__ = ["acall_with_retry", "arun_with_retry", "call_with_retry", "retry", "run_with_retry"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -60,7 +62,9 @@ class _Loop:
         self.previous_ms = delay_ms
         budget = current_deadline()
         if budget is not None and delay_ms / 1000.0 >= budget.remaining_s():
-            self._give_up(attempt, "deadline", error)
+            emit(FactKind.RETRY_EXHAUSTED, call=self.name, attempts=attempt, reason="deadline")
+            emit(FactKind.DEADLINE_EXCEEDED, call=self.name)
+            raise DeadlineExceededError(budget.name, timeout_s=budget.budget_s) from error
         emit(FactKind.RETRY_ATTEMPTED, call=self.name, attempt=attempt, outcome=outcome)
         return delay_ms / 1000.0
 
@@ -72,6 +76,8 @@ class _Loop:
 
 
 def _label(fn: object) -> str:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
     return str(getattr(fn, "__qualname__", None) or type(fn).__name__)
 
 
@@ -81,13 +87,26 @@ def call_with_retry(
     """Call ``fn`` until it succeeds or ``policy`` says stop, sleeping its delays.
 
     Raises:
-        RetryExhaustedError: Out of attempts (or deadline); the last failure is its cause.
+        RetryExhaustedError: Out of attempts; the last failure is its cause.
+        DeadlineExceededError: The next delay would end after the open deadline.
         Exception: A failure the policy does not retry, unchanged.
     """
-    loop = _Loop(policy, _label(fn))
+    return run_with_retry(policy, _label(fn), functools.partial(fn, *args, **kwargs))
+
+
+async def acall_with_retry(
+    policy: RetryPolicy, fn: Callable[P, Awaitable[T] | T], /, *args: P.args, **kwargs: P.kwargs
+) -> T:
+    """Like ``call_with_retry``, awaiting ``fn`` and sleeping with ``asyncio.sleep``."""
+    return await arun_with_retry(policy, _label(fn), functools.partial(fn, *args, **kwargs))
+
+
+def run_with_retry(policy: RetryPolicy, label: str, work: Callable[[], T]) -> T:
+    """The loop of ``call_with_retry``, reporting facts and errors under ``label``."""
+    loop = _Loop(policy, label)
     for attempt in itertools.count(1):  # ends: _Loop raises once max_attempts is reached
         try:
-            value = fn(*args, **kwargs)
+            value = work()
         except Exception as exc:
             delay_s = loop.after_error(attempt, exc)
         else:
@@ -99,14 +118,14 @@ def call_with_retry(
     raise AssertionError("itertools.count never ends")
 
 
-async def acall_with_retry(
-    policy: RetryPolicy, fn: Callable[P, Awaitable[T] | T], /, *args: P.args, **kwargs: P.kwargs
+async def arun_with_retry(
+    policy: RetryPolicy, label: str, work: Callable[[], Awaitable[T] | T]
 ) -> T:
-    """Like ``call_with_retry``, awaiting ``fn`` and sleeping with ``asyncio.sleep``."""
-    loop = _Loop(policy, _label(fn))
+    """The loop of ``acall_with_retry``, reporting facts and errors under ``label``."""
+    loop = _Loop(policy, label)
     for attempt in itertools.count(1):  # ends: _Loop raises once max_attempts is reached
         try:
-            value = fn(*args, **kwargs)
+            value = work()
             if inspect.isawaitable(value):
                 value = await value
         except Exception as exc:

@@ -172,9 +172,15 @@ def run_with_timeout(label: str, timeout_s: float | None, work: Callable[[], T])
     outcome: dict[str, Any] = {}
     finished = threading.Event()
 
+    def bounded() -> T:
+        # The same budget inside the thread: if the caller gives up, a retry loop in
+        # the abandoned work stops at its next delay instead of running on unseen.
+        with deadline(seconds, name=label):
+            return work()
+
     def run() -> None:
         try:
-            outcome["value"] = context.run(work)
+            outcome["value"] = context.run(bounded)
         except BaseException as exc:
             outcome["error"] = exc
         finally:
