@@ -9,9 +9,12 @@ from typing import Any
 
 import pytest
 
+from tests.celery.workerapp import opened_key
+from tests.celery.workers import APP, Cluster
 from xsm_celery.celery.signals import circuit_closed, circuit_opened, retry_exhausted
 from xsm_celery.engine import SimulatedClock
 from xsm_celery.errors import RetryExhaustedError
+from xsm_celery.ids import new_id
 from xsm_celery.patterns import CircuitBreaker, CircuitOpenedEvent, RetryPolicy, call_with_retry
 
 
@@ -97,3 +100,15 @@ def test_the_bridge_subscribes_only_when_a_receiver_connects() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
     )
     assert result.stdout.strip() == "OK", result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.service
+def test_a_worker_process_sends_circuit_opened(cluster: Cluster, results_redis: Any) -> None:
+    """In a real prefork worker, a breaker tripping inside a task reaches a connected receiver."""
+    tag = new_id()
+    producer = cluster.producer()
+    outcomes = [producer.send_task(f"{APP}.guarded", args=[tag]).get(timeout=30) for _ in range(3)]
+    assert outcomes == ["failed", "failed", "refused"]
+    recorded = [v.decode() for v in results_redis.lrange(opened_key(tag), 0, -1)]
+    assert recorded == [f"upstream-{tag}|failure|CircuitOpenedEvent"]

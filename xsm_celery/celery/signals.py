@@ -24,7 +24,7 @@ from typing import Any
 
 from celery.utils.dispatch import Signal
 
-from xsm_celery.hooks import Fact, subscribe
+from xsm_celery.hooks import Fact, subscribe, subscribers
 from xsm_celery.patterns.events import (
     EVENT_KINDS,
     CircuitClosedEvent,
@@ -75,7 +75,6 @@ _SIGNALS: dict[type[ResilienceEvent], Signal] = {
     RetryExhaustedEvent: retry_exhausted,
 }
 
-_installed = False
 _lock = threading.Lock()
 
 
@@ -97,9 +96,12 @@ def _relay(fact: Fact) -> None:
 
 
 def install_signals() -> None:
-    """Start sending the signals; idempotent, and done for you by the first ``connect``."""
-    global _installed
+    """Start sending the signals; idempotent, and done for you by every ``connect``.
+
+    It checks the live subscriber list rather than a flag, so a test suite (or an
+    application) that cleared the fact stream's subscribers gets the bridge back with its
+    next ``connect``.
+    """
     with _lock:
-        if not _installed:
+        if _relay not in subscribers():
             subscribe(_relay)
-            _installed = True
