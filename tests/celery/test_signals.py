@@ -104,11 +104,12 @@ def test_the_bridge_subscribes_only_when_a_receiver_connects() -> None:
 
 @pytest.mark.slow
 @pytest.mark.service
+@pytest.mark.timeout(240)
 def test_a_worker_process_sends_circuit_opened(cluster: Cluster, results_redis: Any) -> None:
     """In a real prefork worker, a breaker tripping inside a task reaches a connected receiver."""
     tag = new_id()
     producer = cluster.producer()
-    outcomes = [producer.send_task(f"{APP}.guarded", args=[tag]).get(timeout=30) for _ in range(3)]
+    outcomes = [producer.send_task(f"{APP}.guarded", args=[tag]).get(timeout=90) for _ in range(3)]
     assert outcomes == ["failed", "failed", "refused"]
     recorded = [v.decode() for v in results_redis.lrange(opened_key(tag), 0, -1)]
     assert recorded == [f"upstream-{tag}|failure|CircuitOpenedEvent"]

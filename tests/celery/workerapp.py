@@ -156,8 +156,10 @@ def opened_key(tag: str) -> str:
 @circuit_opened.connect
 def _record_opened(sender: str, event: Any, **_: Any) -> None:
     """Record the breaker name and reason the signal carried, from inside the worker."""
-    tag = sender.removeprefix("upstream-")
-    _redis.rpush(opened_key(tag), f"{sender}|{event.reason}|{type(event).__name__}")
+    if sender.startswith("upstream-"):
+        tag = sender.removeprefix("upstream-")
+        _redis.rpush(opened_key(tag), f"{sender}|{event.reason}|{type(event).__name__}")
+        _redis.expire(opened_key(tag), 600)
 
 
 @app.task(shared=False)
