@@ -22,6 +22,11 @@ uses) to catch everything the library raises on purpose. The tree::
           - SnapshotMismatchError
       - PolicyError: a resilience pattern refused the call
         - CircuitOpenError
+        - RateLimitExceededError: a rate limiter refused or timed out
+        - BulkheadRejectedError: every slot and queue place of a bulkhead is taken
+        - DeadlineExceededError (also a TimeoutError): a call ran past its timeout
+        - RetryExhaustedError: an in-process retry loop ran out of attempts
+        - IdempotencyInProgressError: the same idempotency key is running elsewhere
       - StoreError: a store failed or refused a write
         - ConflictError
         - LockTimeoutError
@@ -44,15 +49,18 @@ from __future__ import annotations
 __all__ = [
     "BrokerError",
     "BrokerPublishError",
+    "BulkheadRejectedError",
     "ChartError",
     "ChoreographyUnsettledError",
     "CircuitOpenError",
     "ConfigurationError",
     "ConflictError",
+    "DeadlineExceededError",
     "EnvelopeCorruptError",
     "EnvelopeError",
     "EnvelopeTooLargeError",
     "ExecutionError",
+    "IdempotencyInProgressError",
     "ImplementationMissingError",
     "InterpreterStoppedError",
     "InvalidConfigError",
@@ -61,7 +69,9 @@ __all__ = [
     "MissingExtraError",
     "NotSupportedError",
     "PolicyError",
+    "RateLimitExceededError",
     "ReplayRefusedError",
+    "RetryExhaustedError",
     "RunawayChainError",
     "SnapshotCorruptError",
     "SnapshotError",
@@ -224,6 +234,94 @@ class CircuitOpenError(PolicyError):
         wait = f"; retry in {retry_after_ms:.0f} ms" if retry_after_ms is not None else ""
         super().__init__(
             f"Circuit '{name}' is {detail}; call rejected without running the target{wait}"
+        )
+
+
+class RateLimitExceededError(PolicyError):
+    """Raised when a rate limiter cannot admit a call in the time it was given.
+
+    ``retry_after_s`` is when the limiter expects a token (or window room) to be free.
+    """
+
+    def __init__(self, name: str, *, retry_after_s: float) -> None:
+        self.name = name
+        self.retry_after_s = retry_after_s
+        super().__init__(
+            f"rate limit '{name}' refused the call; the target did not run; "
+            f"retry in {retry_after_s:.3f} s or raise the limit"
+        )
+
+
+class BulkheadRejectedError(PolicyError):
+    """Raised when a bulkhead has no free slot and no free queue place (or the wait timed out).
+
+    ``max_concurrent`` and ``queue_size`` are the limits that were full.
+    """
+
+    def __init__(self, name: str, *, max_concurrent: int, queue_size: int) -> None:
+        self.name = name
+        self.max_concurrent = max_concurrent
+        self.queue_size = queue_size
+        super().__init__(
+            f"bulkhead '{name}' is full ({max_concurrent} running, {queue_size} queued); "
+            "the call was rejected without running; retry later, or raise max_concurrent "
+            "or queue_size"
+        )
+
+
+class DeadlineExceededError(PolicyError, TimeoutError):
+    """Raised when a call runs past its timeout or deadline.
+
+    It is also a ``TimeoutError``, so ``except TimeoutError`` keeps working. ``timeout_s``
+    is the budget the call had. A synchronous call cannot be killed: it was abandoned to
+    finish on its worker thread, and its result is discarded.
+    """
+
+    def __init__(self, name: str, *, timeout_s: float) -> None:
+        self.name = name
+        self.timeout_s = timeout_s
+        super().__init__(
+            f"'{name}' did not finish within {timeout_s:.3f} s; raise the timeout or make "
+            "the call faster"
+        )
+
+
+class RetryExhaustedError(PolicyError):
+    """Raised when an in-process retry loop runs out of attempts.
+
+    ``attempts`` is how many ran; ``reason`` is ``"exhausted"`` (the last attempt failed)
+    or ``"result"`` (it returned a value ``retry_on_result`` still refused); ``last_error`` is the
+    final exception (also the ``__cause__``), or None. A failure the policy never retries
+    (``give_up_on``, ``abort_if``) is re-raised as it is, not wrapped.
+    """
+
+    def __init__(
+        self, name: str, *, attempts: int, reason: str, last_error: BaseException | None
+    ) -> None:
+        self.name = name
+        self.attempts = attempts
+        self.reason = reason
+        self.last_error = last_error
+        cause = f": {type(last_error).__name__}: {last_error}" if last_error else ""
+        super().__init__(
+            f"'{name}' gave up after {attempts} attempt(s) ({reason}){cause}; fix the "
+            "cause, or change the retry policy"
+        )
+
+
+class IdempotencyInProgressError(PolicyError):
+    """Raised when a call's idempotency key is already running and has not finished.
+
+    The first call still holds the key; this one did not run. ``retry_after_s`` is when
+    that claim expires if its holder never finishes.
+    """
+
+    def __init__(self, key: str, *, retry_after_s: float) -> None:
+        self.key = key
+        self.retry_after_s = retry_after_s
+        super().__init__(
+            f"idempotency key '{key}' is already being processed; the call did not run; "
+            f"retry after {retry_after_s:.1f} s to get the stored result"
         )
 
 

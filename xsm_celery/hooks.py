@@ -58,6 +58,13 @@ class FactKind(enum.Enum):
     #: A saga step's outcome; fields saga, step and outcome (completed, failed, timed_out,
     #: compensated, compensation_failed).
     SAGA_STEP = "saga_step"
+    LIMIT_REJECTED = "limit_rejected"
+    BULKHEAD_ADJUSTED = "bulkhead_adjusted"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    FALLBACK_USED = "fallback_used"
+    RETRY_ATTEMPTED = "retry_attempted"
+    RETRY_EXHAUSTED = "retry_exhausted"
+    IDEMPOTENT_REPLAYED = "idempotent_replayed"
 
 
 @dataclass(frozen=True, slots=True)

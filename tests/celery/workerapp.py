@@ -19,8 +19,10 @@ from celery import Celery
 from celery.signals import task_retry
 
 from xsm_celery.celery import ChartTask, Xsm
+from xsm_celery.celery.signals import circuit_opened
 from xsm_celery.engine import MachineLogic
-from xsm_celery.patterns import RetryPolicy
+from xsm_celery.errors import CircuitOpenError
+from xsm_celery.patterns import CircuitBreakerRegistry, RetryPolicy
 
 #: Seed of the jittered task's rng; the test draws the same sequence to predict countdowns.
 JITTER_SEED = 20240611
@@ -141,3 +143,36 @@ def held_retry(self: Any, tag: str) -> bool:
     if _count(tag) == 1:
         raise ConnectionError("try again shortly")
     return bool((self.request.delivery_info or {}).get("redelivered"))
+
+
+_breakers = CircuitBreakerRegistry(default={"failure_threshold": 2, "cooldown_ms": 60_000})
+
+
+def opened_key(tag: str) -> str:
+    """Redis list where the worker's ``circuit_opened`` receiver records each opening."""
+    return f"xsm-test:opened:{tag}"
+
+
+@circuit_opened.connect
+def _record_opened(sender: str, event: Any, **_: Any) -> None:
+    """Record the breaker name and reason the signal carried, from inside the worker."""
+    if sender.startswith("upstream-"):
+        tag = sender.removeprefix("upstream-")
+        _redis.rpush(opened_key(tag), f"{sender}|{event.reason}|{type(event).__name__}")
+        _redis.expire(opened_key(tag), 600)
+
+
+@app.task(shared=False)
+def guarded(tag: str) -> str:
+    """Call a failing upstream through the registry's breaker ``upstream-<tag>``."""
+
+    def upstream() -> None:
+        raise ConnectionError("upstream down")
+
+    try:
+        _breakers.get(f"upstream-{tag}").call(upstream)
+    except CircuitOpenError:
+        return "refused"
+    except ConnectionError:
+        return "failed"
+    return "ok"

@@ -151,6 +151,9 @@ def _effective_policy(cls: type[ChartTask], name: str) -> RetryPolicy:
         rng=policy.rng,
         retry_on=(*retry_on, WorkerLost) if retry_on is not None else policy.retry_on,
         give_up_on=(*policy.give_up_on, *give_up),
+        abort_if=policy.abort_if,
+        retry_if=policy.retry_if,
+        retry_on_result=policy.retry_on_result,
     )
 
 

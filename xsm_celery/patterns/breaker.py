@@ -31,6 +31,7 @@ from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 from xsm_celery.engine import Clock, SyncInterpreter, WallClock, create_machine
 from xsm_celery.errors import CircuitOpenError, InterpreterStoppedError
+from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns.breaker_chart import (
     CIRCUIT_BREAKER_CONFIG,
     check_cooldown,
@@ -139,6 +140,18 @@ class CircuitBreaker:
         self._opened_at = 0.0
         self._interp.start()
 
+    @classmethod
+    def sensitive(cls, **overrides: Any) -> CircuitBreaker:
+        """Trip early for a dependency whose failures hurt: 3 failures, 30 s before probing."""
+        options: dict[str, Any] = {"failure_threshold": 3, "cooldown_ms": 30_000}
+        return cls(**{**options, **overrides})
+
+    @classmethod
+    def tolerant(cls, **overrides: Any) -> CircuitBreaker:
+        """Ride out a flaky dependency: 10 failures to trip, 120 s before probing."""
+        options: dict[str, Any] = {"failure_threshold": 10, "cooldown_ms": 120_000}
+        return cls(**{**options, **overrides})
+
     @property
     def state(self) -> CircuitState:
         """``"closed"``, ``"open"`` or ``"half_open"``; an elapsed cooldown is applied first."""
@@ -158,6 +171,17 @@ class CircuitBreaker:
         """How many times the circuit has opened, over the breaker's whole life."""
         with self._lock:
             return int(self._interp.context["opened_count"])
+
+    @property
+    def generation(self) -> int:
+        """The window token: bumped on every change of state and every reset."""
+        return self._token
+
+    @property
+    def retry_after_ms(self) -> float | None:
+        """Time left in the cooldown while open, else None."""
+        with self._lock:
+            return self._retry_after()
 
     @property
     def interpreter(self) -> SyncInterpreter:
@@ -198,6 +222,36 @@ class CircuitBreaker:
             raise
         self._record_success(token)
         return result
+
+    def admit(self) -> int:
+        """Admit one call whose outcome the caller reports; returns its window token.
+
+        For code that cannot hand the breaker a callable (a task whose body runs later,
+        a backend): pass the token to ``record`` when the call ends, or to ``release``
+        when it ended without an outcome worth counting.
+
+        Raises:
+            CircuitOpenError: The circuit refused the call.
+            InterpreterStoppedError: The breaker was closed with ``close()``.
+        """
+        return self._admit()
+
+    def record(self, token: int, error: BaseException | None = None) -> None:
+        """Report the outcome of a call admitted under ``token``: success when ``error`` is None.
+
+        An error that is not one of ``exceptions`` is not counted (a probe's slot is
+        freed); a stale token is ignored, as for ``call``.
+        """
+        if error is None:
+            self._record_success(token)
+        else:
+            self._record_error(token, error)
+
+    def release(self, token: int) -> None:
+        """Free the probe slot of a call admitted under ``token`` without counting anything."""
+        with self._lock:
+            if token == self._token and self._leaf == "half_open":
+                self._step("RELEASE")
 
     def reset(self) -> None:
         """Operator override: close the circuit now; outcomes still in flight are ignored."""
@@ -280,11 +334,19 @@ class CircuitBreaker:
             self._stepping = False
         leaf = self._read_leaf()
         if leaf != self._leaf:
+            previous = self._leaf
             # State before token: see _admit for why readers rely on this order.
             self._leaf = leaf
             self._token += 1
             if leaf == "open":
                 self._opened_at = float(self._clock.now())
+            emit(
+                FactKind.BREAKER_TRANSITION,
+                breaker=self.name,
+                from_state=previous,
+                to_state=leaf,
+                reason=event.lower() if event else "cooldown",
+            )
         ctx = self._interp.context
         self._quiet = (
             leaf == "closed" and ctx["failures"] == 0 and ctx["failure_rate_threshold"] is None

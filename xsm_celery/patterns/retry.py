@@ -18,10 +18,30 @@ from xsm_celery.engine import MachineLogic
 from xsm_celery.patterns.error_chain import ERRORS_CONTEXT_KEY
 from xsm_celery.patterns.jitter import Jitter, apply_jitter, check_draw, parse_jitter
 
-__all__ = ["ExceptionTypes", "RetryPolicy"]
+__all__ = ["ErrorPredicate", "ExceptionTypes", "ResultPredicate", "RetryPolicy"]
 
 #: One exception class or a tuple of them, as ``except`` accepts.
 ExceptionTypes = type[BaseException] | tuple[type[BaseException], ...]
+
+#: A predicate on a failure: ``retry_if`` (worth retrying) and ``abort_if`` (stop now).
+ErrorPredicate = Callable[[BaseException], bool]
+
+#: A predicate on a returned value: ``retry_on_result`` (this result means "try again").
+ResultPredicate = Callable[[Any], bool]
+
+
+def _predicate(name: str, value: object) -> Any:
+    if value is not None and not callable(value):
+        raise TypeError(f"{name} must be None or a callable returning a bool, got {value!r}")
+    return value
+
+
+def _holds(predicate: Callable[[Any], bool], value: object) -> bool | None:
+    """``predicate(value)``, or None when the predicate itself raised (a bug in it)."""
+    try:
+        return bool(predicate(value))
+    except Exception:
+        return None
 
 
 def _number(name: str, value: object, *, allow_inf: bool) -> float:
@@ -56,6 +76,13 @@ class RetryPolicy:
     that is an instance of ``give_up_on``, or not of ``retry_on``, dead-letters at once
     (the ``Bump`` action marks it and the ``CanRetry`` guard then says no).
 
+    The decision chain, in order: out of attempts stops; ``abort_if(error)`` true stops;
+    an instance of ``give_up_on`` (``abort_on`` is the same list) stops; a returned value
+    with ``retry_on_result(value)`` true is retried (in-process calls only, see
+    ``call_with_retry``); an instance of ``retry_on`` for which ``retry_if`` (if given)
+    holds is retried; anything else stops. A predicate that raises counts as "stop", so
+    a bug in it can never loop.
+
     Args:
         max_attempts: Total attempts including the first, at least 1.
         base_ms: Delay before the first retry, in ms (finite, >= 0).
@@ -65,6 +92,13 @@ class RetryPolicy:
         rng: ``() -> float`` in ``[0, 1]``; inject ``random.Random(seed).random`` in tests.
         retry_on: Exception classes that are retried (default: every ``Exception``).
         give_up_on: Exception classes that are never retried, checked first.
+        abort_on: More classes that are never retried (the specification's name; they
+            are added to ``give_up_on``).
+        abort_if: ``error -> bool``; true means never retry this failure.
+        retry_if: ``error -> bool``; a failure of a ``retry_on`` type is retried only
+            when it holds (a status code, a message).
+        retry_on_result: ``value -> bool``; true means the call "succeeded" with a value
+            that must be tried again (a pending status).
 
     Raises:
         ValueError: An argument is outside its range; the message names it.
@@ -78,6 +112,9 @@ class RetryPolicy:
     rng: Callable[[], float] = field(repr=False, compare=False)
     retry_on: tuple[type[BaseException], ...]
     give_up_on: tuple[type[BaseException], ...]
+    abort_if: ErrorPredicate | None = field(repr=False, compare=False)
+    retry_if: ErrorPredicate | None = field(repr=False, compare=False)
+    retry_on_result: ResultPredicate | None = field(repr=False, compare=False)
 
     def __init__(
         self,
@@ -90,6 +127,10 @@ class RetryPolicy:
         rng: Callable[[], float] = random.random,
         retry_on: ExceptionTypes = (Exception,),
         give_up_on: ExceptionTypes = (),
+        abort_on: ExceptionTypes = (),
+        abort_if: ErrorPredicate | None = None,
+        retry_if: ErrorPredicate | None = None,
+        retry_on_result: ResultPredicate | None = None,
     ) -> None:
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
             raise ValueError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
@@ -106,7 +147,13 @@ class RetryPolicy:
             "jitter": parse_jitter(jitter),
             "rng": rng,
             "retry_on": _exception_types("retry_on", retry_on),
-            "give_up_on": _exception_types("give_up_on", give_up_on),
+            "give_up_on": (
+                *_exception_types("give_up_on", give_up_on),
+                *_exception_types("abort_on", abort_on),
+            ),
+            "abort_if": _predicate("abort_if", abort_if),
+            "retry_if": _predicate("retry_if", retry_if),
+            "retry_on_result": _predicate("retry_on_result", retry_on_result),
         }
         for name, value in values.items():
             object.__setattr__(self, name, value)
@@ -165,9 +212,15 @@ class RetryPolicy:
         """
         if not isinstance(error, BaseException):
             return True
-        if isinstance(error, self.give_up_on):
+        if self.abort_if is not None and _holds(self.abort_if, error) is not False:
             return False
-        return isinstance(error, self.retry_on)
+        if isinstance(error, self.give_up_on) or not isinstance(error, self.retry_on):
+            return False
+        return self.retry_if is None or _holds(self.retry_if, error) is True
+
+    def should_retry_result(self, value: object) -> bool:
+        """Whether a returned ``value`` means "try again" (never without ``retry_on_result``)."""
+        return self.retry_on_result is not None and _holds(self.retry_on_result, value) is True
 
     def logic(self, prefix: str = "retry", attempt_key: str = "attempt") -> MachineLogic:
         """The named logic a retry chart uses, for ``MachineLogic.merge()``.

@@ -1,4 +1,5 @@
-"""SQLAlchemy stores in SQLite or PostgreSQL: snapshots, inbox, outbox, dead letters, timers.
+"""SQLAlchemy stores in SQLite or PostgreSQL: snapshots, inbox, outbox, dead letters, timers,
+idempotency keys.
 
 Needs the ``sqlalchemy`` extra; PostgreSQL URLs also need ``psycopg``. Every store takes an
 ``Engine`` or a URL (``make_engine``: SQLite files created 0600, ``postgresql://`` through
@@ -16,6 +17,7 @@ except ImportError as exc:
 
 from xsm_celery.sqlalchemy.connect import make_engine
 from xsm_celery.sqlalchemy.dead_letters import SQLAlchemyDeadLetterStore
+from xsm_celery.sqlalchemy.idempotency import SQLAlchemyIdempotencyStore
 from xsm_celery.sqlalchemy.inbox import SQLAlchemyInbox
 from xsm_celery.sqlalchemy.outbox import LEASE_COLUMNS, SQLAlchemyOutboxStore
 from xsm_celery.sqlalchemy.snapshots import SQLAlchemyDatabase, SQLAlchemyStore
@@ -25,6 +27,7 @@ __all__ = [
     "LEASE_COLUMNS",
     "SQLAlchemyDatabase",
     "SQLAlchemyDeadLetterStore",
+    "SQLAlchemyIdempotencyStore",
     "SQLAlchemyInbox",
     "SQLAlchemyOutboxStore",
     "SQLAlchemyStore",
