@@ -21,6 +21,7 @@ uses) to catch everything the library raises on purpose. The tree::
           - SnapshotMismatchError
       - PolicyError: a resilience pattern refused the call
         - CircuitOpenError
+        - DeferredTooLongError: a fleet-limited task deferred past its bound
       - StoreError: a store failed or refused a write
         - ConflictError
         - LockTimeoutError
@@ -47,6 +48,7 @@ __all__ = [
     "CircuitOpenError",
     "ConfigurationError",
     "ConflictError",
+    "DeferredTooLongError",
     "EnvelopeCorruptError",
     "EnvelopeError",
     "EnvelopeTooLargeError",
@@ -211,6 +213,21 @@ class CircuitOpenError(PolicyError):
         super().__init__(
             f"Circuit '{name}' is {detail}; call rejected without running the target{wait}"
         )
+
+
+class DeferredTooLongError(PolicyError):
+    """Raised when a task was deferred by a fleet limit or breaker for longer than allowed.
+
+    ``reason`` is the last deferral's (``rate_limited``, ``no_slot``, ``breaker_open``,
+    ``redis_down``), ``limit`` the name of the limit or breaker, ``deferrals`` the count.
+    The task is dead-lettered with the reason ``deferred_too_long``.
+    """
+
+    def __init__(self, message: str, *, reason: str = "", limit: str = "", deferrals: int = 0):
+        self.reason = reason
+        self.limit = limit
+        self.deferrals = deferrals
+        super().__init__(message)
 
 
 class StoreError(XsmError):
