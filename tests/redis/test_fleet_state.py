@@ -30,21 +30,36 @@ def store() -> Iterator[FleetRedis]:
 
 
 def test_a_bucket_admits_its_burst_then_says_when_to_come_back(store: FleetRedis) -> None:
-    """Burst 3 at 10/s: three admitted, the fourth told about 100 ms, the fifth later still."""
+    """Burst 3 at 10/s: three admitted, then refusals that take nothing and say ~100 ms."""
     bucket = RedisTokenBucket(store, "b", 10, burst=3)
     decisions = [bucket.try_acquire() for _ in range(5)]
     assert [d.admitted for d in decisions] == [True, True, True, False, False]
+    assert not any(d.reserved for d in decisions)
     assert 50 <= decisions[3].wait_ms <= 110
-    assert decisions[4].wait_ms >= decisions[3].wait_ms + 90
+    assert decisions[4].wait_ms <= decisions[3].wait_ms
 
 
 def test_deferred_callers_are_spread_over_the_next_tokens(store: FleetRedis) -> None:
-    """Ten denials at 20/s get ten wake-up times about 50 ms apart, not one instant."""
+    """Ten reservations at 20/s get ten wake-up times about 50 ms apart, not one instant."""
     bucket = RedisTokenBucket(store, "spread", 20, burst=1)
     assert bucket.try_acquire().admitted
-    waits = [bucket.try_acquire().wait_ms for _ in range(10)]
+    decisions = [bucket.try_acquire(reserve_max_ms=10_000) for _ in range(10)]
+    assert all(d.reserved and not d.admitted for d in decisions)
+    waits = [d.wait_ms for d in decisions]
     gaps = [b - a for a, b in itertools.pairwise(waits)]
     assert all(45 <= gap <= 55 for gap in gaps), gaps
+
+
+def test_a_reservation_is_refused_past_its_bound_and_then_takes_nothing(
+    store: FleetRedis,
+) -> None:
+    """A token due later than reserve_max_ms is not reserved, so the next caller is not pushed."""
+    bucket = RedisTokenBucket(store, "bound", 10, burst=1)
+    bucket.try_acquire()
+    far = bucket.try_acquire(reserve_max_ms=20)
+    assert not far.reserved
+    assert not far.admitted
+    assert bucket.try_acquire(reserve_max_ms=1_000).wait_ms <= far.wait_ms
 
 
 def test_a_bucket_refills_from_redis_time(store: FleetRedis) -> None:

@@ -42,6 +42,7 @@ __all__ = [
     "DEFERRAL_HEADER",
     "DEFERRED_STATE",
     "FLEET_COUNTERS",
+    "RESERVATION_HEADER",
     "jittered_countdown",
     "run_admitted",
     "task_deferred",
@@ -51,6 +52,9 @@ logger = logging.getLogger(__name__)
 
 #: The message header that carries the deferral history: first deferral (epoch s) and count.
 DEFERRAL_HEADER = "xsm_deferral"
+
+#: The message header naming the rate limit whose token a deferred message already holds.
+RESERVATION_HEADER = "xsm_rate_reserved"
 
 #: The result state of a task waiting for a token, a slot or a breaker's cooldown.
 DEFERRED_STATE = "DEFERRED"
@@ -83,17 +87,25 @@ class _Held:
 class _Defer(Exception):
     """Internal: this delivery must be deferred (never escapes ``run_admitted``)."""
 
-    def __init__(self, reason: str, limit: str, wait_ms: float) -> None:
+    def __init__(self, reason: str, limit: str, wait_ms: float, *, reserved: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.limit = limit
         self.wait_ms = wait_ms
+        #: The rate limiter reserved this caller's token: the deferred message carries it.
+        self.reserved = reserved
 
 
 def jittered_countdown(wait_ms: float, rng: Callable[[], float] = random.random) -> float:
-    """Seconds to wait: the expected moment plus up to 10 % (at least 20 ms) of jitter."""
+    """Seconds to wait: the expected moment, jittered by up to +-5 % (10 to 50 ms).
+
+    The limiter already spreads deferred callers over distinct future tokens or slots,
+    so the jitter only has to break ties; keeping it small keeps each caller near its own
+    turn. One that wakes a little early waits the rest inline (within the wait bound).
+    """
     wait_s = max(0.0, wait_ms) / 1000.0
-    return wait_s + rng() * max(0.02, wait_s * 0.1)
+    spread = min(0.05, max(0.01, wait_s * 0.1))
+    return max(0.0, wait_s + (rng() - 0.5) * spread)
 
 
 def run_admitted(
@@ -102,8 +114,10 @@ def run_admitted(
     """Admit this delivery and run ``body``, or defer it (see the module docstring)."""
     held = _Held()
     call_args, call_kwargs = tuple(args), dict(kwargs)
+    reserved_for = (task.request.headers or {}).get(RESERVATION_HEADER)
+    reserve_max_ms = bound.settings.timer_countdown_max_s * 1000.0
     try:
-        _admit(plan, held, call_args, call_kwargs)
+        _admit(plan, held, call_args, call_kwargs, reserved_for, reserve_max_ms)
     except _Defer as defer:
         _release(plan, held, failed=False, outcome="ignored")
         raise _deferral(
@@ -127,16 +141,22 @@ def run_admitted(
     return result
 
 
-def _admit(plan: FleetPlan, held: _Held, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def _admit(  # noqa: PLR0917 - one private call site
+    plan: FleetPlan,
+    held: _Held,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    reserved_for: str | None,
+    reserve_max_ms: float,
+) -> None:
     deadline = time.monotonic() + plan.settings.max_wait_ms / 1000.0
     if plan.breaker_name is not None:
         _admit_breaker(plan, held)
     if plan.rate is not None:
         name = plan.name_for(plan.rate.key, args, kwargs)
-        limiter = plan.limiter("rate", name)
-        _until_admitted(
-            limiter.try_acquire, "rate_limited", name, plan.rate.on_redis_down, deadline
-        )
+        if reserved_for != name:
+            _admit_rate(plan.limiter("rate", name), name, plan.rate.on_redis_down, deadline,
+                        reserve_max_ms)  # fmt: skip
     if plan.concurrency is not None:
         name = plan.name_for(plan.concurrency.key, args, kwargs)
         slots = plan.limiter("slots", name)
@@ -155,6 +175,24 @@ def _admit(plan: FleetPlan, held: _Held, args: tuple[Any, ...], kwargs: dict[str
         if got:
             held.lease = got[0]
             RENEWER.hold(got[0])
+
+
+def _admit_rate(limiter: Any, name: str, down: str, deadline: float, reserve_max_ms: float) -> None:
+    """Take a token, or reserve the next one and wait for it here or in a deferral."""
+    if getattr(limiter, "burst", None) is None:  # a sliding window cannot reserve
+        _until_admitted(limiter.try_acquire, "rate_limited", name, down, deadline)
+        return
+    try:
+        decision = limiter.try_acquire(reserve_max_ms=reserve_max_ms)
+    except StoreUnavailableError as exc:
+        _redis_down(down, "rate_limited", name, exc)
+        return
+    if decision.admitted:
+        return
+    if decision.reserved and time.monotonic() + decision.wait_ms / 1000.0 <= deadline:
+        time.sleep(decision.wait_ms / 1000.0)
+        return
+    raise _Defer("rate_limited", name, decision.wait_ms, reserved=decision.reserved)
 
 
 def _admit_breaker(plan: FleetPlan, held: _Held) -> None:
@@ -263,6 +301,11 @@ def _deferral(
         )
     countdown = min(jittered_countdown(defer.wait_ms), bound.settings.timer_countdown_max_s)
     headers[DEFERRAL_HEADER] = json.dumps({"first": first, "count": count, "reason": defer.reason})
+    if defer.reserved:
+        headers[RESERVATION_HEADER] = defer.limit
+        countdown = max(countdown, defer.wait_ms / 1000.0)  # never before its own token
+    else:
+        headers.pop(RESERVATION_HEADER, None)
     signature = task.signature_from_request(
         request, list(args), kwargs, countdown=countdown, headers=headers, retries=request.retries
     )

@@ -28,6 +28,9 @@ class Decision:
     wait_ms: float
     #: Tokens left after the decision (bucket) or places used (window).
     level: int
+    #: The bucket reserved a token for this caller, due in ``wait_ms``: it must not ask
+    #: again, only wait (or be deferred by that long) and run.
+    reserved: bool = False
 
 
 def _positive(name: str, value: float) -> float:
@@ -59,16 +62,22 @@ class RedisTokenBucket:
         self._per_ms = self.rate / (self.per * 1000.0)
         self._keys = (store.key(self.key), store.index_key)
 
-    def try_acquire(self, cost: int = 1) -> Decision:
+    def try_acquire(self, cost: int = 1, *, reserve_max_ms: float = 0.0) -> Decision:
         """Take ``cost`` tokens if they are there; otherwise say when to come back.
+
+        With ``reserve_max_ms`` a caller whose tokens are due within that many ms gets them
+        reserved (``Decision.reserved``): they are its own once ``wait_ms`` has passed.
 
         Raises:
             StoreUnavailableError: Redis could not be reached.
         """
         reply = self.store.run(
-            "TOKEN_BUCKET", self._keys, (repr(self._per_ms), self.burst, cost, self.key.member)
+            "TOKEN_BUCKET",
+            self._keys,
+            (repr(self._per_ms), self.burst, cost, int(reserve_max_ms), self.key.member),
         )
-        return Decision(bool(reply[0]), float(reply[1]), int(reply[2]))
+        code = int(reply[0])
+        return Decision(code == 1, float(reply[1]), int(reply[2]), reserved=code == 2)
 
     def state(self) -> dict[str, object]:
         """Tokens left and the last refill, as stored (for operators)."""

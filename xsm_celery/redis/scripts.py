@@ -8,10 +8,11 @@ scripts by their effects, which is what lets a script that calls ``TIME`` also w
 Every script also stamps the key it decided on into the fleet index (a sorted set scored by
 the last use), which is how ``xsm-celery breakers`` lists per-customer keys nobody declared.
 
-A denied request gets back the moment it should come back. Deferred callers queue up
-behind one another: each denial pushes a per-key ``tail`` one interval further (a token's
-refill time, or a slot's expected turnover), so a hundred deferred tasks wake spread over the
-next hundred tokens instead of all at the next one.
+A denied request gets back the moment it should come back, and deferred callers queue up
+behind one another instead of all waking at the next token: the token bucket reserves the
+token a deferred caller will run on (its level goes below zero by the reservations); the
+sliding window and the slot pools, which cannot promise a future place, push a per-key
+``tail`` one interval (a window place, a slot's expected turnover) further for each denial.
 """
 
 from __future__ import annotations
@@ -35,8 +36,11 @@ _INDEX = """
 redis.call('ZADD', KEYS[#KEYS], now, ARGV[#ARGV])
 """
 
-#: KEYS: bucket hash, index. ARGV: tokens per ms, burst, cost, index member.
-#: Returns {allowed, wait_ms, tokens left (floored), now_ms}.
+#: KEYS: bucket hash, index. ARGV: tokens per ms, burst, cost, longest reservation ms (0:
+#: never reserve), index member. Returns {1 admitted | 2 reserved | 0 refused, wait_ms,
+#: tokens left (floored), now_ms}. A reservation takes the tokens now and lets the level go
+#: below zero, so the next caller's wait includes every reservation ahead of it: deferred
+#: callers queue up in order, each owning the token it will run on (GCRA-style).
 TOKEN_BUCKET = (
     _NOW
     + _INDEX
@@ -44,7 +48,8 @@ TOKEN_BUCKET = (
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
-local h = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'tail')
+local reserve_max = tonumber(ARGV[4])
+local h = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
 local tokens = tonumber(h[1]) or burst
 local ts = tonumber(h[2]) or now
 if now > ts then tokens = math.min(burst, tokens + (now - ts) * rate) end
@@ -55,13 +60,14 @@ if tokens >= cost then
     redis.call('PEXPIRE', KEYS[1], ttl)
     return {1, 0, math.floor(tokens), now}
 end
-local step = math.ceil(cost / rate)
-local due = now + math.ceil((cost - tokens) / rate)
-local tail = tonumber(h[3]) or 0
-if tail + step > due then due = tail + step end
-redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', now, 'tail', due)
-redis.call('PEXPIRE', KEYS[1], ttl + (due - now))
-return {0, due - now, math.floor(tokens), now}
+local wait = math.ceil((cost - tokens) / rate)
+if reserve_max > 0 and wait <= reserve_max then
+    tokens = tokens - cost
+    redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', now)
+    redis.call('PEXPIRE', KEYS[1], ttl + wait)
+    return {2, wait, math.floor(tokens), now}
+end
+return {0, wait, math.floor(tokens), now}
 """
 )
 
