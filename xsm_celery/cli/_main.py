@@ -7,6 +7,7 @@ from importlib.metadata import PackageNotFoundError, version
 import click
 
 from xsm_celery.cli.base import OneLineGroup
+from xsm_celery.cli.breakers import breakers
 from xsm_celery.cli.dlq import dlq
 
 __all__ = ["cli", "main"]
@@ -22,10 +23,11 @@ def _version() -> str:
 @click.group(cls=OneLineGroup)
 @click.version_option(_version(), prog_name="xsm-celery")
 def cli() -> None:
-    """Operate xsm_celery: dead letters of chart-driven Celery tasks and event machines."""
+    """Operate xsm_celery: dead letters, and the fleet's breakers and limits."""
 
 
 cli.add_command(dlq)
+cli.add_command(breakers)
 
 
 def main() -> None:
