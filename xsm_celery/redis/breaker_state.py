@@ -189,23 +189,55 @@ class FleetBreaker:
             return before
 
     def state(self) -> dict[str, object]:
-        """The fleet's view of this breaker (for operators).
+        """The fleet's view of this breaker as stored (for operators).
 
         Raises:
             StoreUnavailableError: Redis could not be reached.
         """
         with self._lock:
-            leaf, ctx, token, now = self._load_state()
+            return self._describe(*self._load_state())
+
+    def apply(self, event: str | None, generation: int | None) -> dict[str, object]:
+        """Send ``event`` (or only apply an elapsed cooldown) to the shared chart, now.
+
+        Unlike ``record`` this always goes to Redis; an outcome whose ``generation`` is
+        not the current window token changes nothing. Returns ``state()``'s dict.
+
+        Raises:
+            StoreUnavailableError: Redis could not be reached.
+        """
+        with self._lock:
+            return self._describe(*self._change([event] if event else [], generation))
+
+    def admit_status(self) -> tuple[BreakerPass | None, dict[str, object]]:
+        """Like ``admit`` but always asking Redis, and returning the state beside the pass.
+
+        Raises:
+            StoreUnavailableError: Redis could not be reached.
+        """
+        with self._lock:
+            leaf, ctx, token, now = self._change(["PROBE"], None, only_if_half_open=True)
+            described = self._describe(leaf, ctx, token, now)
+            if leaf == "closed":
+                return BreakerPass(token, False), described
+            if leaf == "half_open" and self._took_probe:
+                return BreakerPass(token, True), described
+            return None, described
+
+    def _describe(
+        self, leaf: str, ctx: dict[str, Any], token: int, now: float
+    ) -> dict[str, object]:
         blob = self._blob
         out: dict[str, object] = {
             "state": leaf,
             "failures": int(ctx.get("failures", 0)),
             "opened_count": int(ctx.get("opened_count", 0)),
-            "probes_in_flight": int(ctx.get("probes_in_flight", 0)),
+            "probes_in_flight": int(ctx.get("probes_in_flight", 0)) if leaf == "half_open" else 0,
             "token": token,
         }
         if leaf == "open" and blob is not None:
-            out["retry_after_ms"] = max(0, int(blob.get("opened_at", now) + self.cooldown_ms - now))
+            left = float(blob.get("opened_at", now)) + self.cooldown_ms - now
+            out["retry_after_ms"] = max(1, int(left))
         return out
 
     def _batch_success(self, token: int) -> None:
@@ -338,7 +370,8 @@ class FleetBreaker:
         if stale_probe:
             interp.send("FAILURE")
         probes = ctx["probes_in_flight"]
-        if expect_token is None or expect_token == token:
+        current = token + 1 if _leaf(interp) != before else token
+        if expect_token is None or expect_token == current:
             for event in events:
                 if event == "PROBE" and (not only_if_half_open or _leaf(interp) == "half_open"):
                     interp.send("PROBE")

@@ -100,8 +100,12 @@ class RedisSlidingWindow:
         self.window_ms = _positive("window_s", window_s) * 1000.0
         self._keys = (store.key(self.key), store.key(self.key, ":tail"), store.index_key)
 
-    def try_acquire(self) -> Decision:
-        """Take a place in the window if one is free; otherwise say when to come back.
+    def try_acquire(self, cost: int = 1, *, spread: bool = True) -> Decision:
+        """Take ``cost`` places in the window if they are free; otherwise say when to come back.
+
+        With ``spread`` (for deferred tasks) each refusal is given a later moment than the
+        one before, so deferred callers do not all come back at once; without it the
+        refusal reports when the window itself frees enough places.
 
         Raises:
             StoreUnavailableError: Redis could not be reached.
@@ -110,7 +114,14 @@ class RedisSlidingWindow:
         reply = self.store.run(
             "SLIDING_WINDOW",
             self._keys,
-            (self.limit, int(self.window_ms), member, self.key.member),
+            (
+                self.limit,
+                int(self.window_ms),
+                member,
+                int(cost),
+                "1" if spread else "0",
+                self.key.member,
+            ),
         )
         return Decision(bool(reply[0]), float(reply[1]), int(reply[2]))
 

@@ -71,7 +71,8 @@ return {0, wait, math.floor(tokens), now}
 """
 )
 
-#: KEYS: window zset, tail key, index. ARGV: limit, window ms, member id, index member.
+#: KEYS: window zset, tail key, index. ARGV: limit, window ms, member id, cost, spread (1:
+#: push the tail for deferred callers, 0: report the bare wait), index member.
 #: Returns {allowed, wait_ms, used, now_ms}.
 SLIDING_WINDOW = (
     _NOW
@@ -79,15 +80,20 @@ SLIDING_WINDOW = (
     + """
 local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
+local cost = tonumber(ARGV[4])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
 local used = redis.call('ZCARD', KEYS[1])
-if used < limit then
-    redis.call('ZADD', KEYS[1], now, now .. ':' .. ARGV[3])
+if used + cost <= limit then
+    for i = 1, cost do
+        redis.call('ZADD', KEYS[1], now, now .. ':' .. ARGV[3] .. ':' .. i)
+    end
     redis.call('PEXPIRE', KEYS[1], window + 1000)
-    return {1, 0, used + 1, now}
+    return {1, 0, used + cost, now}
 end
-local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-local due = tonumber(oldest[2]) + window + 1
+local oldest = redis.call('ZRANGE', KEYS[1], used + cost - limit - 1, used + cost - limit - 1,
+    'WITHSCORES')
+local due = tonumber(oldest[2]) + window
+if ARGV[5] ~= '1' then return {0, due - now, used, now} end
 local step = math.ceil(window / limit)
 local tail = tonumber(redis.call('GET', KEYS[2])) or 0
 if tail + step > due then due = tail + step end
