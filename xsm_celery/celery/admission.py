@@ -112,6 +112,8 @@ def run_admitted(
     task: Any, plan: FleetPlan, bound: Any, args: Any, kwargs: Any, *, body: Callable[[], Any]
 ) -> Any:
     """Admit this delivery and run ``body``, or defer it (see the module docstring)."""
+    if plan.breaker_only:
+        return _run_breaker_only(task, plan, bound, args, kwargs, body)
     held = _Held()
     call_args, call_kwargs = tuple(args), dict(kwargs)
     reserved_for = (task.request.headers or {}).get(RESERVATION_HEADER)
@@ -127,18 +129,58 @@ def run_admitted(
     held.started_ms = time.monotonic() * 1000.0
     try:
         result = body()
-    except _CONTROL:
-        _release(plan, held, failed=False, outcome="ignored")
-        raise
-    except Retry as retry:
-        failed = retry.exc is not None
-        _release(plan, held, failed=failed, outcome="failure" if failed else "ignored")
-        raise
-    except BaseException:
-        _release(plan, held, failed=True, outcome="failure")
+    except BaseException as exc:
+        outcome = _outcome_of(exc)
+        _release(plan, held, failed=outcome == "failure", outcome=outcome)
         raise
     _release(plan, held, failed=False, outcome="success")
     return result
+
+
+def _outcome_of(exc: BaseException) -> str:
+    """What a run that raised ``exc`` reports: a failure, or nothing (Celery control flow)."""
+    if isinstance(exc, _CONTROL):
+        return "ignored"
+    if isinstance(exc, Retry):
+        return "failure" if exc.exc is not None else "ignored"
+    return "failure"
+
+
+def _run_breaker_only(  # noqa: PLR0917 - the hot path of run_admitted, kept flat
+    task: Any, plan: FleetPlan, bound: Any, args: Any, kwargs: Any, body: Callable[[], Any]
+) -> Any:
+    """``run_admitted`` for a task with only ``breaker=``: no allocation while closed."""
+    breaker = plan.breaker()
+    try:
+        admitted = breaker.admit()
+    except CircuitOpenError as exc:
+        defer = _Defer("breaker_open", breaker.name, exc.retry_after_ms or 1_000.0)
+        raise _deferral(
+            task, plan, bound=bound, args=tuple(args), kwargs=dict(kwargs), defer=defer
+        ) from None
+    except StoreUnavailableError as exc:
+        try:
+            _redis_down(plan.breaker_down, "breaker", breaker.name, exc)
+        except _Defer as defer:
+            raise _deferral(
+                task, plan, bound=bound, args=tuple(args), kwargs=dict(kwargs), defer=defer
+            ) from None
+        return body()
+    emit(FactKind.LIMIT_ADMITTED, task=plan.task_name)
+    try:
+        result = body()
+    except BaseException as exc:
+        _report(plan, breaker, admitted, _outcome_of(exc))
+        raise
+    _report(plan, breaker, admitted, "success")
+    return result
+
+
+def _report(plan: FleetPlan, breaker: Any, admitted: Any, outcome: str) -> None:
+    try:
+        breaker.record(admitted, outcome)
+    except StoreUnavailableError as exc:
+        logger.warning("could not report to fleet breaker %r: %s", plan.breaker_name, exc)
 
 
 def _admit(  # noqa: PLR0917 - one private call site
@@ -249,10 +291,7 @@ def _redis_down(choice: str, kind: str, name: str, exc: BaseException) -> None:
 
 def _release(plan: FleetPlan, held: _Held, *, failed: bool, outcome: str) -> None:
     if held.breaker is not None:
-        try:
-            held.breaker.record(held.breaker_pass, outcome)
-        except StoreUnavailableError as exc:
-            logger.warning("could not report to fleet breaker %r: %s", plan.breaker_name, exc)
+        _report(plan, held.breaker, held.breaker_pass, outcome)
         held.breaker = None
     lease = held.lease
     if lease is not None:

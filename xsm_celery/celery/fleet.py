@@ -291,6 +291,8 @@ class FleetPlan:
         self.rate = rate
         self.concurrency = concurrency
         self.breaker_name = breaker
+        #: Only ``breaker=`` is set: admission takes the allocation-free path.
+        self.breaker_only = breaker is not None and rate is None and concurrency is None
         self.breaker_options: dict[str, Any] = {}
         self.breaker_down: RedisDown = "open"
         if breaker is not None:
@@ -298,7 +300,6 @@ class FleetPlan:
             self.breaker_down = _down(
                 self.breaker_options.pop("on_redis_down", "open"), f"breaker {breaker!r}"
             )
-        self._pid = 0
         self._lock = threading.Lock()
         self._store: Any = None
         self._limiters: OrderedDict[str, Any] = OrderedDict()
@@ -306,17 +307,22 @@ class FleetPlan:
 
     def store(self) -> Any:
         """This process's ``FleetRedis`` (a fresh connection after a fork)."""
-        if self._pid != os.getpid() or self._store is None:
+        store = self._store
+        if store is None:
             with self._lock:
-                if self._pid != os.getpid() or self._store is None:
+                if self._store is None:
                     from xsm_celery.redis.fleet_store import FleetRedis
 
                     assert self.settings.redis_url is not None
                     self._store = FleetRedis(self.settings.redis_url, prefix=self.settings.prefix)
-                    self._limiters.clear()
-                    self._breaker = None
-                    self._pid = os.getpid()
-        return self._store
+                store = self._store
+        return store
+
+    def forget_connections(self) -> None:
+        """Drop this process's Redis objects (in a forked child: they belong to the parent)."""
+        self._store = None
+        self._limiters.clear()
+        self._breaker = None
 
     def name_for(self, key: Key, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         """The limiter's name for one call: the task, a shared name, or task[key(args)]."""
@@ -359,17 +365,29 @@ class FleetPlan:
 
     def breaker(self) -> Any:
         """The task's ``FleetBreaker`` in this process."""
-        store = self.store()
-        if self._breaker is None:
+        found = self._breaker
+        if found is None:
             from xsm_celery.redis.breaker_state import FleetBreaker
 
             assert self.breaker_name is not None
-            self._breaker = FleetBreaker(store, self.breaker_name, **self.breaker_options)
-        return self._breaker
+            found = FleetBreaker(self.store(), self.breaker_name, **self.breaker_options)
+            self._breaker = found
+        return found
 
 
 _plans: weakref.WeakKeyDictionary[Any, dict[str, FleetPlan | None]] = weakref.WeakKeyDictionary()
 _plans_lock = threading.Lock()
+
+
+def _after_fork() -> None:
+    """A prefork child must not share its parent's Redis sockets: open its own on first use."""
+    for per_app in list(_plans.values()):
+        for plan in per_app.values():
+            if plan is not None:
+                plan.forget_connections()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def fleet_plan(task_cls: Any, app: Any) -> FleetPlan | None:

@@ -85,6 +85,7 @@ class ChartTask(Task):  # type: ignore[type-arg]
     reject_on_worker_lost = True
     max_retries = None
     _xsm_bound: ClassVar[Bound | None] = None
+    _xsm_fleet: ClassVar[tuple[Any, Any] | None] = None
 
     @classmethod
     def on_bound(cls, app: Any) -> None:
@@ -101,11 +102,13 @@ class ChartTask(Task):  # type: ignore[type-arg]
         bound = type(self)._xsm_bound
         if bound is None or bound.app is not self.app:
             bound = type(self)._xsm_bound = _bind(type(self), self.app)
-        plan = fleet_plan(type(self), self.app)
-        if plan is None or self.request.is_eager:
+        fleet = type(self)._xsm_fleet
+        if fleet is None or fleet[0] is not self.app:
+            fleet = type(self)._xsm_fleet = (self.app, fleet_plan(type(self), self.app))
+        if fleet[1] is None or self.request.is_eager:
             return execute(self, bound, args, kwargs)
         body = functools.partial(execute, self, bound, args, kwargs)
-        return run_admitted(self, plan, bound, args, kwargs, body=body)
+        return run_admitted(self, fleet[1], bound, args, kwargs, body=body)
 
 
 def _bind(cls: type[ChartTask], app: Any) -> Bound:

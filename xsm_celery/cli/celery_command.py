@@ -23,4 +23,3 @@ def xsm() -> None:
 
 xsm.add_command(dlq)
 xsm.add_command(breakers)
-

@@ -1,4 +1,4 @@
-"""Redis-backed stores: an inbox that every consumer process of a fleet shares.
+"""Redis-backed stores shared by a fleet: the inbox, and the fleet's limits and breakers.
 
 Needs the ``redis`` extra: ``pip install "xsm-celery[redis]"``.
 """
@@ -12,6 +12,30 @@ try:
 except ImportError as exc:
     raise MissingExtraError(extra="redis", module="redis") from exc
 
+from xsm_celery.redis.breaker_state import FleetBreaker
+from xsm_celery.redis.concurrency import AimdParams, RedisSlots
+from xsm_celery.redis.fleet_store import DEFAULT_FLEET_PREFIX, FleetKey, FleetRedis
 from xsm_celery.redis.inbox import DEFAULT_PREFIX, RedisInbox
+from xsm_celery.redis.limit_backends import (
+    RedisBreakerStateBackend,
+    RedisConcurrencyBackend,
+    RedisRateLimitBackend,
+)
+from xsm_celery.redis.rate_limit import RedisSlidingWindow, RedisTokenBucket
 
-__all__ = ["DEFAULT_PREFIX", "RedisInbox"]
+__all__ = [
+    "DEFAULT_PREFIX",
+    "RedisInbox",
+    # Fleet-wide limits and breakers
+    "DEFAULT_FLEET_PREFIX",
+    "AimdParams",
+    "FleetBreaker",
+    "FleetKey",
+    "FleetRedis",
+    "RedisBreakerStateBackend",
+    "RedisConcurrencyBackend",
+    "RedisRateLimitBackend",
+    "RedisSlidingWindow",
+    "RedisSlots",
+    "RedisTokenBucket",
+]

@@ -225,6 +225,14 @@ class LeaseRenewer:
                     holder,
                 )
 
+    def after_fork(self) -> None:
+        """In a forked child: forget the parent's leases and its thread (not ours to renew)."""
+        self._held = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread = None
+
 
 #: The renewer of this process.
 RENEWER = LeaseRenewer()
+os.register_at_fork(after_in_child=RENEWER.after_fork)

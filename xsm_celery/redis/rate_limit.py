@@ -12,16 +12,18 @@ edges and costs one sorted-set entry per admitted call (use it for small limits)
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from xsm_celery.redis.fleet_store import FleetKey, FleetRedis
 
 __all__ = ["Decision", "RedisSlidingWindow", "RedisTokenBucket"]
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """What a limiter said: admitted, or come back in ``wait_ms``."""
+class Decision(NamedTuple):
+    """What a limiter said: admitted, or come back in ``wait_ms``.
+
+    A named tuple: one is built per admission, on the path every limited task takes.
+    """
 
     admitted: bool
     #: Milliseconds until a token (or a window place) is expected for this caller.
@@ -59,7 +61,7 @@ class RedisTokenBucket:
         self.rate = _positive("rate", rate)
         self.per = _positive("per", per)
         self.burst = max(1, int(self.rate)) if burst is None else int(_positive("burst", burst))
-        self._per_ms = self.rate / (self.per * 1000.0)
+        self._per_ms = repr(self.rate / (self.per * 1000.0))
         self._keys = (store.key(self.key), store.index_key)
 
     def try_acquire(self, cost: int = 1, *, reserve_max_ms: float = 0.0) -> Decision:
@@ -74,7 +76,7 @@ class RedisTokenBucket:
         reply = self.store.run(
             "TOKEN_BUCKET",
             self._keys,
-            (repr(self._per_ms), self.burst, cost, int(reserve_max_ms), self.key.member),
+            (self._per_ms, self.burst, cost, int(reserve_max_ms), self.key.member),
         )
         code = int(reply[0])
         return Decision(code == 1, float(reply[1]), int(reply[2]), reserved=code == 2)

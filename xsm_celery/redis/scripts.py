@@ -6,7 +6,8 @@ disagree still share one bucket, one set of leases and one cooldown. Redis 7 rep
 scripts by their effects, which is what lets a script that calls ``TIME`` also write.
 
 Every script also stamps the key it decided on into the fleet index (a sorted set scored by
-the last use), which is how ``xsm-celery breakers`` lists per-customer keys nobody declared.
+the last use; the token bucket, the hottest script, restamps it and its own TTL at most
+every 10 s), which is how ``xsm-celery breakers`` lists per-customer keys nobody declared.
 
 A denied request gets back the moment it should come back, and deferred callers queue up
 behind one another instead of all waking at the next token: the token bucket reserves the
@@ -43,21 +44,25 @@ redis.call('ZADD', KEYS[#KEYS], now, ARGV[#ARGV])
 #: callers queue up in order, each owning the token it will run on (GCRA-style).
 TOKEN_BUCKET = (
     _NOW
-    + _INDEX
     + """
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
 local reserve_max = tonumber(ARGV[4])
-local h = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local h = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'seen')
 local tokens = tonumber(h[1]) or burst
 local ts = tonumber(h[2]) or now
-if now > ts then tokens = math.min(burst, tokens + (now - ts) * rate) end
+local seen = tonumber(h[3]) or 0
 local ttl = math.ceil(burst / rate) + 60000
+if now - seen >= 10000 then
+    redis.call('ZADD', KEYS[2], now, ARGV[5])
+    redis.call('HSET', KEYS[1], 'seen', now)
+    redis.call('PEXPIRE', KEYS[1], ttl)
+end
+if now > ts then tokens = math.min(burst, tokens + (now - ts) * rate) end
 if tokens >= cost then
     tokens = tokens - cost
     redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', now)
-    redis.call('PEXPIRE', KEYS[1], ttl)
     return {1, 0, math.floor(tokens), now}
 end
 local wait = math.ceil((cost - tokens) / rate)
