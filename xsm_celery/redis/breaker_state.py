@@ -134,6 +134,11 @@ class FleetBreaker:
         self._lock = threading.Lock()
         self._seen = _Seen()
         self._pending: tuple[int, int] = (0, 0)
+        #: The state blob and revision last read or written, and whether the last change
+        #: took a probe slot (all guarded by ``_lock``).
+        self._blob: dict[str, Any] | None = None
+        self._rev = 0
+        self._took_probe = False
 
     def admit(self) -> BreakerPass:
         """Admit one call, or raise ``CircuitOpenError`` with the time left in the cooldown.
@@ -265,10 +270,6 @@ class FleetBreaker:
         self._pending = (0, 0)
         if count and token == self._seen.token:
             self._change(["SUCCESS"] * count, token)
-
-    _blob: dict[str, Any] | None = None
-    _rev: int = 0
-    _took_probe: bool = False
 
     def _load_state(self) -> tuple[str, dict[str, Any], int, float]:
         blob, rev, now = self.store.run("BREAKER_LOAD", (self._hash,), ())
