@@ -131,7 +131,8 @@ class FleetBreaker:
         self.store = store
         self.key = FleetKey("breaker", name)
         self._hash = store.key(self.key)
-        self._lock = threading.Lock()
+        # Re-entrant: a fact subscriber may read ``state()`` from inside a transition.
+        self._lock = threading.RLock()
         self._seen = _Seen()
         self._pending: tuple[int, int] = (0, 0)
         #: The state blob and revision last read or written, and whether the last change
