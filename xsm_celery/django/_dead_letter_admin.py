@@ -81,15 +81,8 @@ class ResolvedFilter(admin.SimpleListFilter):
 class DeadLetterRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """Triage of dead letters (see the module docstring for permissions)."""
 
-    list_display = (
-        "short_id",
-        "task_or_machine",
-        "reason_label",
-        "attempts",
-        "last_error_short",
-        "age",
-        "resolved",
-    )
+    list_display = ("short_id", "task_or_machine", "reason_label", "attempts",
+                    "last_error_short", "age", "resolved")
     list_display_links = ("short_id",)
     list_filter = (ReasonFilter, "task_name", "machine_id", ResolvedFilter, "taken_on")
     search_fields = ("id", "task_id", "subject", "error_text")
@@ -98,20 +91,8 @@ class DeadLetterRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     actions = ("replay_selected", "resolve_selected", "purge_selected")
     change_form_template = "admin/xsm_celery/deadletterrecord/change_form.html"
     fieldsets = (
-        (
-            None,
-            {
-                "fields": (
-                    "id",
-                    "reason",
-                    "machine_id",
-                    "state_id",
-                    "attempts",
-                    "taken_on",
-                    "resolved_on",
-                )
-            },
-        ),
+        (None, {"fields": ("id", "reason", "machine_id", "state_id", "attempts", "taken_on",
+                           "resolved_on")}),
         (_("Task"), {"fields": ("task_name", "task_id", "hostname")}),
         (_("Envelope"), {"fields": ("topic", "subject"), "classes": ("collapse",)}),
         (_("Chart"), {"fields": ("machine_hash", "machine_version")}),
@@ -191,16 +172,10 @@ class DeadLetterRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             path("bulk-replay/", act(views.bulk_replay_view), name=f"{name}_bulk_replay"),
             path("bulk/<str:action>/", act(views.confirm_view), name=f"{name}_bulk"),
             path("<path:object_id>/replay/", act(views.replay_view), name=f"{name}_replay"),
-            path(
-                "<path:object_id>/resolve/",
-                act(views.confirm_view, action="resolve"),
-                name=f"{name}_resolve",
-            ),
-            path(
-                "<path:object_id>/purge/",
-                act(views.confirm_view, action="purge"),
-                name=f"{name}_purge",
-            ),
+            path("<path:object_id>/resolve/", act(views.confirm_view, action="resolve"),
+                 name=f"{name}_resolve"),
+            path("<path:object_id>/purge/", act(views.confirm_view, action="purge"),
+                 name=f"{name}_purge"),
         ]
         return urls + super().get_urls()
 
@@ -209,9 +184,8 @@ class DeadLetterRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         found.pop("delete_selected", None)
         return found
 
-    def changelist_view(
-        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+                        ) -> HttpResponse:
         """The list; a posted action the user may not run is a 403, not a silent no-op."""
         if request.method == "POST":
             needed = ACTION_PERMISSIONS.get(request.POST.get("action", ""))
@@ -219,13 +193,8 @@ class DeadLetterRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 raise PermissionDenied
         return super().changelist_view(request, extra_context)
 
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
         """The read-only detail page, with the error chain, JSON, diagram and audit trail."""
         row = self.get_object(request, object_id)
         extra = dict(extra_context or {})
@@ -248,8 +217,7 @@ class DeadLetterRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "chart_changed": chart.changed_since(record),
             "diagram": diagram,
             "audit": AuditEntry.objects.using(row._state.db or "default")
-            .filter(record_id=record.id)
-            .order_by("id"),
+                     .filter(record_id=record.id).order_by("id"),
             "can_replay": self.has_replay_permission(request) and record.resolved_at is None,
             "can_resolve": self.has_resolve_permission(request) and record.resolved_at is None,
             "can_purge": self.has_purge_permission(request),
@@ -261,11 +229,8 @@ class DeadLetterRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         limit = self.bulk_replay_limit()
         rows = list(queryset.order_by("taken_at")[: limit + 1])
         if len(rows) > limit:
-            self.message_user(
-                request,
-                _("Select at most %d dead letters to replay at once; narrow the filter.") % limit,
-                messages.ERROR,
-            )
+            self.message_user(request, _("Select at most %d dead letters to replay at once; "
+                                         "narrow the filter.") % limit, messages.ERROR)
             return None
         return views.render_bulk_replay(self, request, rows)
 
@@ -277,22 +242,14 @@ class DeadLetterRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def purge_selected(self, request: HttpRequest, queryset: QuerySet[Any]) -> TemplateResponse:
         return self._confirm_many(request, "purge", queryset)
 
-    def _confirm_many(
-        self, request: HttpRequest, action: str, queryset: QuerySet[Any]
-    ) -> TemplateResponse:
+    def _confirm_many(self, request: HttpRequest, action: str, queryset: QuerySet[Any]
+                      ) -> TemplateResponse:
         from xsm_celery.django.forms import ReasonForm
 
         opts = self.model._meta
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": opts,
-            "app_label": opts.app_label,
-            "title": _("%s dead letters") % action.capitalize(),
-            "action": action,
-            "rows": list(queryset),
-            "form": ReasonForm(),
-            "single": False,
-        }
+        context = {**self.admin_site.each_context(request), "opts": opts,
+                   "app_label": opts.app_label, "title": _("%s dead letters") % action.capitalize(),
+                   "action": action, "rows": list(queryset), "form": ReasonForm(), "single": False}
         return TemplateResponse(request, "admin/xsm_celery/deadletterrecord/confirm.html", context)
 
 

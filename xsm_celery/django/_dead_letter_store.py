@@ -141,7 +141,9 @@ class DjangoDeadLetterStore:
             deleted, _ = rows.delete()
         return deleted
 
-    def audit(self, record_id: str, action: str, *, actor: str, reason: str, outcome: str) -> None:
+    def audit(
+        self, record_id: str, action: str, *, actor: str, reason: str, outcome: str
+    ) -> None:
         """Append one operator action (replay, resolve, purge) to the audit table."""
         from xsm_celery.django.models import AuditEntry
 
@@ -177,6 +179,7 @@ class DjangoDeadLetterStore:
             }
             for row in entries
         ]
+
 
     def _redact(self, record: DeadLetter) -> DeadLetter:
         from xsm_celery.django.conf import get_settings

@@ -79,17 +79,15 @@ class DjangoTimerStore(DjangoStoreBase):
                 candidates = candidates.select_for_update(skip_locked=True)
             ids = builtins.list(candidates.values_list("id", flat=True)[: _limit(limit)])
             rows.filter(id__in=ids).update(claimed_by=owner, claimed_until=until)
-            won = (
-                _model()
-                .objects.using(self.using)
-                .filter(id__in=ids, claimed_by=owner, claimed_until=until)
+            won = _model().objects.using(self.using).filter(
+                id__in=ids, claimed_by=owner, claimed_until=until
             )
             return [_timer(row) for row in won.order_by("due_at", "id")]
 
     def release(self, ids: Sequence[str], owner: str) -> int:
         """Hand back ``owner``'s leases on ``ids``; return how many were released."""
-        rows = (
-            _model().objects.using(self.using).filter(id__in=builtins.list(ids), claimed_by=owner)
+        rows = _model().objects.using(self.using).filter(
+            id__in=builtins.list(ids), claimed_by=owner
         )
         with store_errors("release", self.using):
             return int(rows.update(claimed_by=None, claimed_until=None))

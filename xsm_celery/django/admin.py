@@ -89,16 +89,8 @@ class OutboxStatusFilter(admin.SimpleListFilter):
 class OutboxMessageAdmin(ReadOnlyAdmin):
     """Outbox rows, with the backlog figures the seed's operations table alerts on."""
 
-    list_display = (
-        "seq",
-        "event_type",
-        "topic",
-        "subject",
-        "status",
-        "age",
-        "claimed_by",
-        "lease_left",
-    )
+    list_display = ("seq", "event_type", "topic", "subject", "status", "age", "claimed_by",
+                    "lease_left")
     list_filter = (OutboxStatusFilter, "topic")
     search_fields = ("envelope_id", "subject", "event_type")
     readonly_fields = ("envelope_json",)
@@ -131,9 +123,8 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
     def envelope_json(self, obj: OutboxMessage) -> SafeString:
         return _pre_json(obj.envelope)
 
-    def changelist_view(
-        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+                        ) -> HttpResponse:
         """The list, headed by pending and sent counts, oldest pending age and leased rows."""
         extra = dict(extra_context or {})
         extra["outbox_stats"] = outbox_stats(self.get_queryset(request))

@@ -103,7 +103,8 @@ def _check(record: DeadLetter, dispatcher: Any, force: bool) -> tuple[Envelope, 
         )
     if _contains_mask(env.data):
         warnings.append(
-            "the envelope data holds values masked at capture ('***'); the replay sends them masked"
+            "the envelope data holds values masked at capture ('***'); the replay sends them "
+            "masked"
         )
     return env, warnings
 

@@ -107,7 +107,9 @@ class Delivery:
         return True
 
     def _drop(self, event: Event, reason: str) -> None:
-        logger.warning("machine %r is %s; event %r dropped", self.id, self._status, event.type)
+        logger.warning(
+            "machine %r is %s; event %r dropped", self.id, self._status, event.type
+        )
         if self._plugins:
             dispatch(self, self._plugins, "on_event_dropped", (event, reason))
 

@@ -34,5 +34,7 @@ def _structural(value: Any) -> Any:
 
 def structure_hash(config: Mapping[str, Any]) -> str:
     """A 16-hex-digit digest of the chart's structure (stable across processes and runs)."""
-    canonical = json.dumps(_structural(config), sort_keys=True, separators=(",", ":"), default=repr)
+    canonical = json.dumps(
+        _structural(config), sort_keys=True, separators=(",", ":"), default=repr
+    )
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]

@@ -25,7 +25,6 @@ __all__ = ["DEFAULT_CHAIN_LIMIT", "Machine", "create_machine", "load_chart"]
 #: Microsteps one event may cause (``always`` chains, done events) before it is a runaway.
 DEFAULT_CHAIN_LIMIT = 1000
 
-
 class Machine:
     """An immutable, validated chart bound to its logic; build one with :func:`create_machine`.
 

@@ -164,7 +164,9 @@ class LoggingInspector(PluginBase):
         self.log.log(self.level, "[%s] stopped", i.id)
 
     def on_event_received(self, i: Any, event: Event) -> None:
-        self.log.log(self.level, "[%s] event %s %s", i.id, event.type, self._clean(event.payload))
+        self.log.log(
+            self.level, "[%s] event %s %s", i.id, event.type, self._clean(event.payload)
+        )
 
     def on_event_processed(self, i: Any, event: Event, receipt: Receipt) -> None:
         if self.log_context:

@@ -82,7 +82,9 @@ def redact(value: Any, keys: Iterable[str] = DEFAULT_REDACT_KEYS) -> Any:
 
 def _walk(value: Any, matcher: _Matcher) -> Any:
     if isinstance(value, Mapping):
-        return {k: REDACTED if matcher.secret(k) else _walk(v, matcher) for k, v in value.items()}
+        return {
+            k: REDACTED if matcher.secret(k) else _walk(v, matcher) for k, v in value.items()
+        }
     if isinstance(value, list):
         return [_walk(v, matcher) for v in value]
     if isinstance(value, tuple):

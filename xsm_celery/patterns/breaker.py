@@ -236,7 +236,9 @@ class CircuitBreaker:
     def _take_probe(self) -> bool:
         before = self._interp.context["probes_in_flight"]
         self._step("PROBE")
-        return bool(self._leaf == "half_open" and self._interp.context["probes_in_flight"] > before)
+        return bool(
+            self._leaf == "half_open" and self._interp.context["probes_in_flight"] > before
+        )
 
     def _record_success(self, token: int) -> None:
         if token == self._token and self._quiet:

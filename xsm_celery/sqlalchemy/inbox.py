@@ -91,7 +91,9 @@ class SQLAlchemyInbox:
         }
         with self.db.transaction() as conn, self.db.guard("inbox claim"):
             conn.execute(
-                t.delete().where(t.c.scope == scope, t.c.key == key, t.c.expires_at <= now)
+                t.delete().where(
+                    t.c.scope == scope, t.c.key == key, t.c.expires_at <= now
+                )
             )
             return self._insert_new(conn, row)
 

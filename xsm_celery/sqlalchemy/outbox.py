@@ -196,11 +196,9 @@ class SQLAlchemyOutboxStore:
         t = outbox_table
         return self._update_chunks(
             list(seqs),
-            lambda part: (
-                t.update()
-                .where(t.c.seq.in_(part), t.c.sent_at.is_(None), t.c.claimed_by == owner)
-                .values(claimed_by=None, claimed_until=None)
-            ),
+            lambda part: t.update()
+            .where(t.c.seq.in_(part), t.c.sent_at.is_(None), t.c.claimed_by == owner)
+            .values(claimed_by=None, claimed_until=None),
         )
 
     def mark_sent(self, seqs: Iterable[int]) -> int:
@@ -209,11 +207,9 @@ class SQLAlchemyOutboxStore:
         now = self._clock()
         return self._update_chunks(
             list(seqs),
-            lambda part: (
-                t.update()
-                .where(t.c.seq.in_(part), t.c.sent_at.is_(None))
-                .values(sent_at=now, claimed_by=None, claimed_until=None)
-            ),
+            lambda part: t.update()
+            .where(t.c.seq.in_(part), t.c.sent_at.is_(None))
+            .values(sent_at=now, claimed_by=None, claimed_until=None),
         )
 
     def _update_chunks(self, seqs: list[int], statement: Callable[[list[int]], Any]) -> int:

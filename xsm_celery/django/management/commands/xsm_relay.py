@@ -28,16 +28,16 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--database", help="Database alias (default: XSM_CELERY DATABASE).")
-        parser.add_argument(
-            "--broker",
-            help="Broker URL (default: XSM_CELERY BROKER, else the Celery app's broker).",
-        )
+        parser.add_argument("--broker", help="Broker URL (default: XSM_CELERY BROKER, else "
+                                             "the Celery app's broker).")
         parser.add_argument("--batch", type=int, help="Rows leased per batch.")
         parser.add_argument("--lease", type=float, help="Seconds a lease lasts.")
         parser.add_argument("--owner", help="Lease owner; give a stable name such as the pod.")
-        parser.add_argument("--max-batches", type=int, default=100, help="Batches per run at most.")
+        parser.add_argument("--max-batches", type=int, default=100,
+                            help="Batches per run at most.")
         parser.add_argument("--runs", type=int, default=1, help="Runs to make; 0 = forever.")
-        parser.add_argument("--interval", type=float, default=5.0, help="Seconds between runs.")
+        parser.add_argument("--interval", type=float, default=5.0,
+                            help="Seconds between runs.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         from xsm_celery.eda.relay import OutboxRelay
@@ -46,13 +46,9 @@ class Command(BaseCommand):
         outbox = DjangoOutboxStore(using=options.get("database"))
         owner = options.get("owner") or f"{socket.gethostname()}:{os.getpid()}"
         try:
-            relay = OutboxRelay(
-                outbox,
-                self._broker(options.get("broker")),
-                batch=options.get("batch") or conf.relay_batch,
-                owner=owner,
-                lease_s=options.get("lease") or conf.relay_lease_s,
-            )
+            relay = OutboxRelay(outbox, self._broker(options.get("broker")),
+                                batch=options.get("batch") or conf.relay_batch,
+                                owner=owner, lease_s=options.get("lease") or conf.relay_lease_s)
         except (ValueError, XsmError) as exc:
             raise CommandError(str(exc), returncode=2) from exc
 
