@@ -186,10 +186,9 @@ def test_exactly_half_open_max_calls_probes_run_across_four_processes(
     calls = f"xsm-test-fleet:{tag}:calls"
     wait_for(lambda: results.llen(calls) >= 2, 30, "the probes")
     # The probes fail after 0.5 s and reopen the circuit for 3 s: count before it half-opens.
-    time.sleep(1.5)
+    wait_for(lambda: opener.state()["opened_count"] == 2, 15, "a failed probe to reopen it")
     assert results.llen(calls) == 2
     assert opener.state()["state"] == "open"
-    assert opener.state()["opened_count"] == 2
     producer.close()
 
 

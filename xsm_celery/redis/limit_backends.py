@@ -89,6 +89,8 @@ class RedisRateLimitBackend:
                 (repr(spec.tokens_per_s / 1000.0), repr(spec.capacity), repr(float(cost)), 0,
                  fleet_key.member),
             )  # fmt: skip
+            if isinstance(reply, int):
+                return Admission(allowed=True, retry_after_s=0.0, remaining=float(max(0, reply)))
             remaining = max(0.0, float(reply[2]))
         allowed = int(reply[0]) == 1
         wait = 0.0 if allowed else max(0.001, float(reply[1]) / 1000.0)

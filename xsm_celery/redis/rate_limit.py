@@ -61,8 +61,10 @@ class RedisTokenBucket:
         self.rate = _positive("rate", rate)
         self.per = _positive("per", per)
         self.burst = max(1, int(self.rate)) if burst is None else int(_positive("burst", burst))
-        self._per_ms = repr(self.rate / (self.per * 1000.0))
         self._keys = (store.key(self.key), store.index_key)
+        # Encoded once: redis-py would encode these constant arguments on every call.
+        self._rate_args = (repr(self.rate / (self.per * 1000.0)).encode(), str(self.burst).encode())
+        self._member = self.key.member.encode()
 
     def try_acquire(self, cost: int = 1, *, reserve_max_ms: float = 0.0) -> Decision:
         """Take ``cost`` tokens if they are there; otherwise say when to come back.
@@ -74,12 +76,11 @@ class RedisTokenBucket:
             StoreUnavailableError: Redis could not be reached.
         """
         reply = self.store.run(
-            "TOKEN_BUCKET",
-            self._keys,
-            (self._per_ms, self.burst, cost, int(reserve_max_ms), self.key.member),
+            "TOKEN_BUCKET", self._keys, (*self._rate_args, cost, int(reserve_max_ms), self._member)
         )
-        code = int(reply[0])
-        return Decision(code == 1, float(reply[1]), int(reply[2]), reserved=code == 2)
+        if isinstance(reply, int):
+            return Decision(True, 0.0, reply)
+        return Decision(False, float(reply[1]), int(reply[2]), reserved=int(reply[0]) == 2)
 
     def state(self) -> dict[str, object]:
         """Tokens left and the last refill, as stored (for operators)."""

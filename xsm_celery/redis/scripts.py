@@ -38,8 +38,9 @@ redis.call('ZADD', KEYS[#KEYS], now, ARGV[#ARGV])
 """
 
 #: KEYS: bucket hash, index. ARGV: tokens per ms, burst, cost, longest reservation ms (0:
-#: never reserve), index member. Returns {1 admitted | 2 reserved | 0 refused, wait_ms,
-#: tokens left (floored), now_ms}. A reservation takes the tokens now and lets the level go
+#: never reserve), index member. Returns the tokens left (floored) when admitted, a bare
+#: integer so the common answer is the cheapest to parse; else {2 reserved | 0 refused,
+#: wait_ms, tokens left (floored), now_ms}. A reservation takes the tokens now and lets the level go
 #: below zero, so the next caller's wait includes every reservation ahead of it: deferred
 #: callers queue up in order, each owning the token it will run on (GCRA-style).
 TOKEN_BUCKET = (
@@ -63,7 +64,7 @@ if now > ts then tokens = math.min(burst, tokens + (now - ts) * rate) end
 if tokens >= cost then
     tokens = tokens - cost
     redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', now)
-    return {1, 0, math.floor(tokens), now}
+    return math.floor(tokens)
 end
 local wait = math.ceil((cost - tokens) / rate)
 if reserve_max > 0 and wait <= reserve_max then
