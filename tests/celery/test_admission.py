@@ -300,3 +300,63 @@ def test_the_jitter_stays_near_the_expected_moment(wait_ms: float, u: float) -> 
     wait_s = wait_ms / 1000.0
     assert countdown >= 0
     assert abs(countdown - wait_s) <= min(0.025, max(0.005, wait_s * 0.05)) + 1e-9
+
+
+def test_a_key_callable_gives_each_customer_its_own_limit(
+    make_app: Callable[..., Celery],
+) -> None:
+    """With key=customer, customer 'a' is deferred on its second call while 'b' still runs."""
+    app = make_app()
+    xsm = Xsm(app)
+    ran: list[str] = []
+
+    @xsm.task(shared=False, name="t.per_customer",
+              fleet_rate_limit=RateLimit("1/m", burst=1, key=lambda customer: customer))  # fmt: skip
+    def per_customer(customer: str) -> None:
+        ran.append(customer)
+
+    deliver(per_customer, "a")
+    with pytest.raises(Ignore):
+        deliver(per_customer, "a")
+    deliver(per_customer, "b")
+    assert ran == ["a", "b"]
+    [message] = republished(app)
+    assert json.loads(message.headers[DEFERRAL_HEADER])["reason"] == "rate_limited"
+
+
+def test_a_sliding_window_option_defers_past_its_limit(make_app: Callable[..., Celery]) -> None:
+    """RateLimit('2/10s', sliding=True): two runs, the third is deferred."""
+    app = make_app()
+    xsm = Xsm(app)
+    ran: list[int] = []
+
+    @xsm.task(shared=False, name="t.window",
+              fleet_rate_limit=RateLimit("2/10s", sliding=True, key="window"))  # fmt: skip
+    def windowed(n: int) -> None:
+        ran.append(n)
+
+    deliver(windowed, 1)
+    deliver(windowed, 2)
+    with pytest.raises(Ignore):
+        deliver(windowed, 3)
+    assert ran == [1, 2]
+
+
+def test_an_aimd_pool_grows_after_a_fast_success(make_app: Callable[..., Celery]) -> None:
+    """An AIMD pool starting at 1 slot reports its fast run and the fleet limit becomes 2."""
+    app = make_app()
+    xsm = Xsm(app)
+
+    @xsm.task(shared=False, name="t.adaptive",
+              fleet_concurrency=AIMD(initial=1, max_limit=2, key="adaptive"))  # fmt: skip
+    def adaptive() -> str:
+        return "ok"
+
+    assert deliver(adaptive) == "ok"
+    from xsm_celery.redis.concurrency import AimdParams, RedisSlots
+    from xsm_celery.redis.fleet_store import FleetRedis
+
+    store = FleetRedis(services.REDIS_URL, prefix=app.conf.xsm_fleet_prefix)
+    pool = RedisSlots(store, "adaptive", aimd=AimdParams(initial=1, max_limit=2))
+    assert pool.state()["limit"] == 2
+    assert pool.state()["held"] == 0
