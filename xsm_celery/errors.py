@@ -27,6 +27,7 @@ uses) to catch everything the library raises on purpose. The tree::
         - DeadlineExceededError (also a TimeoutError): a call ran past its timeout
         - RetryExhaustedError: an in-process retry loop ran out of attempts
         - IdempotencyInProgressError: the same idempotency key is running elsewhere
+        - DeferredTooLongError: a fleet-limited task deferred past its bound
       - StoreError: a store failed or refused a write
         - ConflictError
         - LockTimeoutError
@@ -56,6 +57,7 @@ __all__ = [
     "ConfigurationError",
     "ConflictError",
     "DeadlineExceededError",
+    "DeferredTooLongError",
     "EnvelopeCorruptError",
     "EnvelopeError",
     "EnvelopeTooLargeError",
@@ -323,6 +325,21 @@ class IdempotencyInProgressError(PolicyError):
             f"idempotency key '{key}' is already being processed; the call did not run; "
             f"retry after {retry_after_s:.1f} s to get the stored result"
         )
+
+
+class DeferredTooLongError(PolicyError):
+    """Raised when a task was deferred by a fleet limit or breaker for longer than allowed.
+
+    ``reason`` is the last deferral's (``rate_limited``, ``no_slot``, ``breaker_open``,
+    ``redis_down``), ``limit`` the name of the limit or breaker, ``deferrals`` the count.
+    The task is dead-lettered with the reason ``deferred_too_long``.
+    """
+
+    def __init__(self, message: str, *, reason: str = "", limit: str = "", deferrals: int = 0):
+        self.reason = reason
+        self.limit = limit
+        self.deferrals = deferrals
+        super().__init__(message)
 
 
 class StoreError(XsmError):

@@ -18,10 +18,12 @@ try:
 except ImportError as exc:
     raise MissingExtraError(extra="celery", module="celery") from exc
 
+from xsm_celery.celery.admission import DEFERRED_STATE, task_deferred
 from xsm_celery.celery.app import RELAY_OUTBOX_TASK, Xsm
 from xsm_celery.celery.charts import DEFAULT_CHART, load_chart
 from xsm_celery.celery.consumer import DispatcherStep, install_dispatcher
 from xsm_celery.celery.execute import HEADER
+from xsm_celery.celery.fleet import AIMD, Concurrency, RateLimit
 from xsm_celery.celery.markers import AttemptMarkers, MemoryAttemptMarkers
 from xsm_celery.celery.relay import install_relay, relay_outbox
 from xsm_celery.celery.replay import TaskReplayResult, replay_task
@@ -61,4 +63,10 @@ __all__ = [
     # Attempt markers
     "AttemptMarkers",
     "MemoryAttemptMarkers",
+    # Fleet-wide limits and breakers (task options)
+    "AIMD",
+    "Concurrency",
+    "RateLimit",
+    "DEFERRED_STATE",
+    "task_deferred",
 ]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xsm_celery.engine import redact
-from xsm_celery.errors import WorkerLost
+from xsm_celery.errors import DeferredTooLongError, WorkerLost
 from xsm_celery.patterns import ERRORS_CONTEXT_KEY, DeadLetter, DeadLetterReason
 
 __all__ = ["DeadLetterWriter", "TaskFailure", "redact_arguments"]
@@ -145,6 +145,8 @@ def _attempts(context: Mapping[str, Any]) -> int | None:
 def _reason(failure: TaskFailure) -> DeadLetterReason:
     if isinstance(failure.error, WorkerLost):
         return DeadLetterReason.WORKER_LOST
+    if isinstance(failure.error, DeferredTooLongError):
+        return DeadLetterReason.DEFERRED_TOO_LONG
     if not failure.retryable:
         return DeadLetterReason.NON_RETRYABLE
     return DeadLetterReason.TASK_EXHAUSTED

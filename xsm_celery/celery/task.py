@@ -15,14 +15,17 @@ and ends the task in ``FAILURE`` with the function's last exception.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, ClassVar
 
 from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
 
+from xsm_celery.celery.admission import run_admitted
 from xsm_celery.celery.charts import ChartSpec
 from xsm_celery.celery.execute import Bound, execute
+from xsm_celery.celery.fleet import fleet_plan
 from xsm_celery.celery.machine import build_task_machine
 from xsm_celery.celery.serialization import require_json
 from xsm_celery.celery.settings import read_settings
@@ -59,6 +62,10 @@ class ChartTask(Task):  # type: ignore[type-arg]
             once. A lost worker is always retried unless ``give_up_on`` names ``WorkerLost``.
         retry_chart: A chart dict, a JSON file path or a shipped chart's name.
         chart_logic: Extra ``MachineLogic`` a custom chart needs.
+        fleet_rate_limit: A fleet-wide rate (``"20/s"`` or ``RateLimit(...)``).
+        fleet_concurrency: Fleet-wide slots (``3``, ``Concurrency(...)`` or ``AIMD(...)``).
+        breaker: The name of a fleet-wide circuit breaker (``app.conf.xsm_breakers``).
+            See ``xsm_celery.celery.admission``: a task over a limit is deferred, not failed.
 
     Celery's own options keep their meaning (``acks_late``, ``Reject``, ``Ignore``, signals,
     ``on_failure``). Late acknowledgement is the default here, and requeueing when the
@@ -71,10 +78,14 @@ class ChartTask(Task):  # type: ignore[type-arg]
     retry_on: ExceptionTypes | None = None
     retry_chart: ChartSpec = None
     chart_logic: MachineLogic | None = None
+    fleet_rate_limit: Any = None
+    fleet_concurrency: Any = None
+    breaker: str | None = None
     acks_late = True
     reject_on_worker_lost = True
     max_retries = None
     _xsm_bound: ClassVar[Bound | None] = None
+    _xsm_fleet: ClassVar[tuple[Any, Any] | None] = None
 
     @classmethod
     def on_bound(cls, app: Any) -> None:
@@ -91,7 +102,13 @@ class ChartTask(Task):  # type: ignore[type-arg]
         bound = type(self)._xsm_bound
         if bound is None or bound.app is not self.app:
             bound = type(self)._xsm_bound = _bind(type(self), self.app)
-        return execute(self, bound, args, kwargs)
+        fleet = type(self)._xsm_fleet
+        if fleet is None or fleet[0] is not self.app:
+            fleet = type(self)._xsm_fleet = (self.app, fleet_plan(type(self), self.app))
+        if fleet[1] is None or self.request.is_eager:
+            return execute(self, bound, args, kwargs)
+        body = functools.partial(execute, self, bound, args, kwargs)
+        return run_admitted(self, fleet[1], bound, args, kwargs, body=body)
 
 
 def _bind(cls: type[ChartTask], app: Any) -> Bound:
@@ -99,6 +116,7 @@ def _bind(cls: type[ChartTask], app: Any) -> Bound:
     _refuse_retry_options(cls, name)
     require_json(app.conf, task_name=name, task_serializer=cls.serializer)
     settings = read_settings(app)
+    fleet_plan(cls, app)
     policy = _effective_policy(cls, name)
     keys = _redact_keys(settings.redact_keys)
     machine = build_task_machine(

@@ -8,6 +8,7 @@ import click
 
 from xsm_celery.cli.asyncapi import asyncapi
 from xsm_celery.cli.base import OneLineGroup
+from xsm_celery.cli.breakers import breakers
 from xsm_celery.cli.dlq import dlq
 
 __all__ = ["cli", "main"]
@@ -23,12 +24,13 @@ def _version() -> str:
 @click.group(cls=OneLineGroup)
 @click.version_option(_version(), prog_name="xsm-celery")
 def cli() -> None:
-    """Operate xsm_celery: dead letters of chart-driven Celery tasks and event machines, and
-    the AsyncAPI documents of charts."""
+    """Operate xsm_celery: dead letters, the fleet's breakers and limits, and the AsyncAPI
+    documents of charts."""
 
 
 cli.add_command(dlq)
 cli.add_command(asyncapi)
+cli.add_command(breakers)
 
 
 def main() -> None:

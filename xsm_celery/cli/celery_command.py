@@ -11,6 +11,7 @@ import click
 
 from xsm_celery.cli.asyncapi import asyncapi
 from xsm_celery.cli.base import OneLineGroup
+from xsm_celery.cli.breakers import breakers
 from xsm_celery.cli.dlq import dlq
 
 __all__ = ["xsm"]
@@ -18,9 +19,10 @@ __all__ = ["xsm"]
 
 @click.group(cls=OneLineGroup)
 def xsm() -> None:
-    """xsm_celery operations: dead letters (xsm dlq list|show|replay|resolve|purge), and
+    """xsm_celery operations: dead letters (xsm dlq ...), fleet limits (xsm breakers ...) and
     AsyncAPI documents (xsm asyncapi CHART)."""
 
 
 xsm.add_command(dlq)
 xsm.add_command(asyncapi)
+xsm.add_command(breakers)

@@ -18,6 +18,7 @@ from django.utils.safestring import SafeString
 from django.utils.timesince import timesince
 from django.utils.translation import gettext_lazy as _
 
+from xsm_celery.django import fleet_admin
 from xsm_celery.django._dead_letter_admin import DeadLetterRecordAdmin
 from xsm_celery.django.models import (
     AuditEntry,
@@ -39,6 +40,7 @@ __all__ = [
 ]
 
 admin.site.register(DeadLetterRecord, DeadLetterRecordAdmin)
+fleet_admin.register(admin.site)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]

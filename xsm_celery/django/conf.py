@@ -52,6 +52,9 @@ class XsmDjangoSettings:
     #: Rows one ``xsm_timers`` run fires at most.
     timers_batch: int = DEFAULT_RELAY_BATCH
     bulk_replay_limit: int = DEFAULT_BULK_REPLAY_LIMIT
+    #: The permission that lets an admin user reset a fleet breaker, limiter or slot pool
+    #: (others see the fleet page read-only).
+    fleet_reset_permission: str = "xsm_celery.replay_deadletterrecord"
 
 
 _KEYS = {f.name.upper(): f.name for f in fields(XsmDjangoSettings)}

@@ -55,6 +55,7 @@ class DeadLetterReason(str, enum.Enum):
     WORKER_LOST = "worker_lost"
     INSTANCE_DONE = "instance_done"
     IDEMPOTENCY_MISMATCH = "idempotency_mismatch"
+    DEFERRED_TOO_LONG = "deferred_too_long"
 
 
 def _reason_value(value: str | DeadLetterReason) -> str:

@@ -1,4 +1,5 @@
-"""Redis-backed stores: an inbox and idempotency keys that every process of a fleet shares.
+"""Redis-backed stores shared by a fleet: the inbox, idempotency keys, and the fleet's limits
+and breakers.
 
 Needs the ``redis`` extra: ``pip install "xsm-celery[redis]"``.
 """
@@ -12,12 +13,33 @@ try:
 except ImportError as exc:
     raise MissingExtraError(extra="redis", module="redis") from exc
 
+from xsm_celery.redis.breaker_state import FleetBreaker
+from xsm_celery.redis.concurrency import AimdParams, RedisSlots
+from xsm_celery.redis.fleet_store import DEFAULT_FLEET_PREFIX, FleetKey, FleetRedis
 from xsm_celery.redis.idempotency import DEFAULT_IDEMPOTENCY_PREFIX, RedisIdempotencyStore
 from xsm_celery.redis.inbox import DEFAULT_PREFIX, RedisInbox
+from xsm_celery.redis.limit_backends import (
+    RedisBreakerStateBackend,
+    RedisConcurrencyBackend,
+    RedisRateLimitBackend,
+)
+from xsm_celery.redis.rate_limit import RedisSlidingWindow, RedisTokenBucket
 
 __all__ = [
     "DEFAULT_IDEMPOTENCY_PREFIX",
     "DEFAULT_PREFIX",
     "RedisIdempotencyStore",
     "RedisInbox",
+    # Fleet-wide limits and breakers
+    "DEFAULT_FLEET_PREFIX",
+    "AimdParams",
+    "FleetBreaker",
+    "FleetKey",
+    "FleetRedis",
+    "RedisBreakerStateBackend",
+    "RedisConcurrencyBackend",
+    "RedisRateLimitBackend",
+    "RedisSlidingWindow",
+    "RedisSlots",
+    "RedisTokenBucket",
 ]

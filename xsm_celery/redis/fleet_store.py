@@ -1,0 +1,170 @@
+"""``FleetRedis``: the one Redis connection the fleet limiters, slots and breakers share.
+
+It owns the key layout (``<prefix><kind>:<name>``, plus the index sorted set that lists
+every key in use), loads the Lua scripts once, and turns every connection or timeout error
+into ``StoreUnavailableError``, so the Celery side can apply the option's Redis-down choice
+instead of failing the task. The socket timeouts are short on purpose: an admission that
+cannot reach Redis must give up in well under a second, not hold the worker slot.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import redis
+
+from xsm_celery.errors import StoreUnavailableError
+from xsm_celery.redis import scripts
+
+__all__ = ["DEFAULT_FLEET_PREFIX", "INDEX_MAX_AGE_MS", "FleetKey", "FleetRedis", "monotonic_ms"]
+
+#: Prefix of every key the fleet state writes.
+DEFAULT_FLEET_PREFIX = "xsm:fleet:"
+
+#: Keys not used for this long drop out of the index (their own TTLs expire the data).
+INDEX_MAX_AGE_MS = 86_400_000
+
+T = TypeVar("T")
+
+_KINDS = ("rate", "window", "slots", "breaker")
+
+
+class FleetKey:
+    """Where one limiter, slot pool or breaker lives: its kind and its name."""
+
+    __slots__ = ("kind", "name")
+
+    def __init__(self, kind: str, name: str) -> None:
+        if kind not in _KINDS:
+            raise ValueError(f"fleet key kind must be one of {_KINDS}, got {kind!r}")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"fleet key name must be a non-empty string, got {name!r}")
+        self.kind = kind
+        self.name = name
+
+    @property
+    def member(self) -> str:
+        """The key's entry in the fleet index."""
+        return f"{self.kind}\x00{self.name}"
+
+    def __repr__(self) -> str:
+        return f"FleetKey({self.kind!r}, {self.name!r})"
+
+
+class FleetRedis:
+    """Scripts, key names and error mapping over one ``redis.Redis`` client.
+
+    Args:
+        client: A ``redis.Redis`` client, or a ``redis://`` URL (opened with 0.5 s socket
+            timeouts so a dead Redis is noticed quickly).
+        prefix: Prefix of every key; keep two fleets on one Redis apart with it.
+    """
+
+    def __init__(self, client: Any, *, prefix: str = DEFAULT_FLEET_PREFIX) -> None:
+        if isinstance(client, str):
+            client = redis.Redis.from_url(
+                client, socket_timeout=0.5, socket_connect_timeout=0.5, health_check_interval=0
+            )
+        self.client: redis.Redis[bytes] = client
+        self.prefix = prefix
+        self._scripts: dict[str, str] = {}
+
+    @property
+    def index_key(self) -> str:
+        """The sorted set that lists every fleet key, scored by its last use (Redis ms)."""
+        return f"{self.prefix}index"
+
+    def key(self, fleet_key: FleetKey, suffix: str = "") -> str:
+        """The Redis key of ``fleet_key`` (with a suffix for its companion keys)."""
+        return f"{self.prefix}{fleet_key.kind}:{fleet_key.name}{suffix}"
+
+    def run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run the script ``scripts.<name>`` (``EVALSHA``); one flushed by a restart is reloaded.
+
+        It calls ``EVALSHA`` directly rather than through redis-py's ``Script`` object,
+        which costs a quarter of a round trip in client time on every admission.
+        """
+        sha = self._scripts.get(name)
+        try:
+            if sha is None:
+                sha = self._load(name)
+            try:
+                return self.client.execute_command("EVALSHA", sha, len(keys), *keys, *args)
+            except redis.exceptions.NoScriptError:
+                sha = self._load(name)
+                return self.client.execute_command("EVALSHA", sha, len(keys), *keys, *args)
+        except (redis.ConnectionError, redis.TimeoutError, OSError, redis.ResponseError) as exc:
+            mapped = _unavailable(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    def _load(self, name: str) -> str:
+        raw = self.client.execute_command("SCRIPT", "LOAD", getattr(scripts, name))
+        sha = raw.decode() if isinstance(raw, bytes) else str(raw)
+        self._scripts[name] = sha
+        return sha
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` against Redis, turning an outage into ``StoreUnavailableError``."""
+        try:
+            return fn()
+        except (redis.ConnectionError, redis.TimeoutError, OSError, redis.ResponseError) as exc:
+            mapped = _unavailable(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    def indexed(self) -> list[tuple[FleetKey, float]]:
+        """Every fleet key used within ``INDEX_MAX_AGE_MS``, with its last use (epoch s)."""
+
+        def read() -> list[tuple[bytes, float]]:
+            now_s, now_us = self.client.time()
+            cutoff = now_s * 1000 + now_us // 1000 - INDEX_MAX_AGE_MS
+            self.client.zremrangebyscore(self.index_key, "-inf", cutoff)
+            return list(self.client.zrange(self.index_key, 0, -1, withscores=True))
+
+        found: list[tuple[FleetKey, float]] = []
+        for member, score in self.call(read):
+            kind, _, name = member.decode().partition("\x00")
+            if kind in _KINDS and name:
+                found.append((FleetKey(kind, name), score / 1000.0))
+        return found
+
+    def forget(self, fleet_key: FleetKey, *suffixes: str) -> int:
+        """Delete a key's state and its index entry; returns how many Redis keys went."""
+
+        def delete() -> int:
+            pipe = self.client.pipeline()
+            pipe.delete(*(self.key(fleet_key, s) for s in ("", *suffixes)))
+            pipe.zrem(self.index_key, fleet_key.member)
+            return int(pipe.execute()[0])
+
+        return self.call(delete)
+
+    def server_time(self) -> float:
+        """Redis' own clock, in epoch seconds."""
+        now_s, now_us = self.call(self.client.time)
+        return float(now_s) + float(now_us) / 1_000_000
+
+
+def _unavailable(exc: BaseException) -> BaseException:
+    """``StoreUnavailableError`` for an outage; any other Redis error is returned as it is."""
+    if isinstance(exc, redis.ResponseError):
+        if "LOADING" not in str(exc) and "MASTERDOWN" not in str(exc):
+            return exc
+        return StoreUnavailableError(
+            f"the fleet state's Redis is not serving yet ({exc}); it is loading or failing "
+            "over, and the call will be retried"
+        )
+    return StoreUnavailableError(
+        f"the fleet state's Redis is unreachable ({type(exc).__name__}: {exc}); check "
+        "app.conf.xsm_redis_url and that Redis is running"
+    )
+
+
+def monotonic_ms() -> float:
+    """This process's monotonic clock in ms, for durations only (never shared)."""
+    return time.monotonic() * 1000.0

@@ -1,0 +1,134 @@
+"""Fleet-wide rate limits in Redis: a token bucket (the default) and a sliding window.
+
+Both answer in one script call: admitted, or the number of milliseconds until this caller
+should come back. The bucket refills from Redis' own clock, so every worker spends from
+the same tokens however far its clock drifts.
+
+The bucket allows ``burst`` calls at once and ``rate`` per second after that; the sliding
+window allows at most ``limit`` calls in any ``window_s`` stretch, which is stricter at the
+edges and costs one sorted-set entry per admitted call (use it for small limits).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import NamedTuple
+
+from xsm_celery.redis.fleet_store import FleetKey, FleetRedis
+
+__all__ = ["Decision", "RedisSlidingWindow", "RedisTokenBucket"]
+
+
+class Decision(NamedTuple):
+    """What a limiter said: admitted, or come back in ``wait_ms``.
+
+    A named tuple: one is built per admission, on the path every limited task takes.
+    """
+
+    admitted: bool
+    #: Milliseconds until a token (or a window place) is expected for this caller.
+    wait_ms: float
+    #: Tokens left after the decision (bucket) or places used (window).
+    level: int
+    #: The bucket reserved a token for this caller, due in ``wait_ms``: it must not ask
+    #: again, only wait (or be deferred by that long) and run.
+    reserved: bool = False
+
+
+def _positive(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"{name} must be a number > 0, got {value!r}")
+    return float(value)
+
+
+class RedisTokenBucket:
+    """A token bucket shared by every process that uses the same Redis and name.
+
+    Args:
+        store: The fleet's Redis.
+        name: The bucket's name (a task name, or a task name and a key such as a customer).
+        rate: Tokens per ``per`` seconds.
+        per: The period of ``rate`` in seconds.
+        burst: Bucket size: calls admitted at once after a quiet spell (default: ``rate``,
+            at least 1).
+    """
+
+    def __init__(
+        self, store: FleetRedis, name: str, rate: float, per: float = 1.0, burst: int | None = None
+    ) -> None:
+        self.store = store
+        self.key = FleetKey("rate", name)
+        self.rate = _positive("rate", rate)
+        self.per = _positive("per", per)
+        self.burst = max(1, int(self.rate)) if burst is None else int(_positive("burst", burst))
+        self._keys = (store.key(self.key), store.index_key)
+        # Encoded once: redis-py would encode these constant arguments on every call.
+        self._rate_args = (repr(self.rate / (self.per * 1000.0)).encode(), str(self.burst).encode())
+        self._member = self.key.member.encode()
+
+    def try_acquire(self, cost: int = 1, *, reserve_max_ms: float = 0.0) -> Decision:
+        """Take ``cost`` tokens if they are there; otherwise say when to come back.
+
+        With ``reserve_max_ms`` a caller whose tokens are due within that many ms gets them
+        reserved (``Decision.reserved``): they are its own once ``wait_ms`` has passed.
+
+        Raises:
+            StoreUnavailableError: Redis could not be reached.
+        """
+        reply = self.store.run(
+            "TOKEN_BUCKET", self._keys, (*self._rate_args, cost, int(reserve_max_ms), self._member)
+        )
+        if isinstance(reply, int):
+            return Decision(True, 0.0, reply)
+        return Decision(False, float(reply[1]), int(reply[2]), reserved=int(reply[0]) == 2)
+
+    def state(self) -> dict[str, object]:
+        """Tokens left and the last refill, as stored (for operators)."""
+        raw = self.store.call(lambda: self.store.client.hgetall(self._keys[0]))
+        fields = {k.decode(): v.decode() for k, v in raw.items()}
+        return {
+            "tokens": round(float(fields.get("tokens", self.burst)), 2),
+            "burst": self.burst,
+            "rate": f"{self.rate:g}/{self.per:g}s",
+        }
+
+
+class RedisSlidingWindow:
+    """At most ``limit`` admissions in any ``window_s`` seconds, across the fleet."""
+
+    def __init__(self, store: FleetRedis, name: str, limit: int, window_s: float = 1.0) -> None:
+        self.store = store
+        self.key = FleetKey("window", name)
+        self.limit = int(_positive("limit", limit))
+        self.window_ms = _positive("window_s", window_s) * 1000.0
+        self._keys = (store.key(self.key), store.key(self.key, ":tail"), store.index_key)
+
+    def try_acquire(self, cost: int = 1, *, spread: bool = True) -> Decision:
+        """Take ``cost`` places in the window if they are free; otherwise say when to come back.
+
+        With ``spread`` (for deferred tasks) each refusal is given a later moment than the
+        one before, so deferred callers do not all come back at once; without it the
+        refusal reports when the window itself frees enough places.
+
+        Raises:
+            StoreUnavailableError: Redis could not be reached.
+        """
+        member = uuid.uuid4().hex[:12]
+        reply = self.store.run(
+            "SLIDING_WINDOW",
+            self._keys,
+            (
+                self.limit,
+                int(self.window_ms),
+                member,
+                int(cost),
+                "1" if spread else "0",
+                self.key.member,
+            ),
+        )
+        return Decision(bool(reply[0]), float(reply[1]), int(reply[2]))
+
+    def state(self) -> dict[str, object]:
+        """Places used in the current window (for operators)."""
+        used = self.store.call(lambda: self.store.client.zcard(self._keys[0]))
+        return {"used": int(used), "limit": self.limit, "window_s": self.window_ms / 1000.0}
