@@ -55,6 +55,10 @@ class FactKind(enum.Enum):
     LIMIT_ADMITTED = "limit_admitted"
     LIMIT_DEFERRED = "limit_deferred"
     BACKEND_UNAVAILABLE = "backend_unavailable"
+    #: A message is about to leave this process; ``carrier`` is its dict of string headers
+    #: (or envelope extensions), the one field a subscriber may write to: a tracer adds
+    #: the W3C ``traceparent`` of the current span, so the receiver continues the trace.
+    OUTBOUND = "outbound"
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 from xsm_celery.engine import Clock, SyncInterpreter, WallClock, create_machine
 from xsm_celery.errors import CircuitOpenError, InterpreterStoppedError
+from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns.breaker_chart import (
     CIRCUIT_BREAKER_CONFIG,
     check_cooldown,
@@ -280,6 +281,8 @@ class CircuitBreaker:
             self._stepping = False
         leaf = self._read_leaf()
         if leaf != self._leaf:
+            emit(FactKind.BREAKER_TRANSITION, breaker=self.name, from_state=self._leaf,
+                 to_state=leaf, scope="process")  # fmt: skip
             # State before token: see _admit for why readers rely on this order.
             self._leaf = leaf
             self._token += 1

@@ -68,6 +68,15 @@ class MemoryTimerStore:
             self._rows[timer.id] = timer
         return timer.id
 
+    def count(self) -> int:
+        """How many timers are stored, due or not."""
+        return len(self)
+
+    def earliest_due_at(self) -> float | None:
+        """The due time of the earliest stored timer (epoch s), or None when there is none."""
+        with self._lock:
+            return min((t.due_at for t in self._rows.values()), default=None)
+
     def due(self, now: float, limit: int = 100) -> list[DueTimer]:
         """Return up to ``limit`` timers due at ``now``, earliest first."""
         with self._lock:
