@@ -8,6 +8,7 @@ import click
 
 from xsm_celery.cli.base import OneLineGroup
 from xsm_celery.cli.dlq import dlq
+from xsm_celery.cli.status import status
 
 __all__ = ["cli", "main"]
 
@@ -26,6 +27,7 @@ def cli() -> None:
 
 
 cli.add_command(dlq)
+cli.add_command(status)
 
 
 def main() -> None:

@@ -11,13 +11,15 @@ import click
 
 from xsm_celery.cli.base import OneLineGroup
 from xsm_celery.cli.dlq import dlq
+from xsm_celery.cli.status import status
 
 __all__ = ["xsm"]
 
 
 @click.group(cls=OneLineGroup)
 def xsm() -> None:
-    """xsm_celery operations: dead letters (xsm dlq list|show|replay|resolve|purge)."""
+    """xsm_celery operations: dead letters (xsm dlq ...) and the status view (xsm status)."""
 
 
 xsm.add_command(dlq)
+xsm.add_command(status)
