@@ -104,7 +104,9 @@ def worker_states(app: Any, timeout: float = REPLY_TIMEOUT_S) -> list[Any]:
     """Ask every running worker of ``app`` for its breakers and limits."""
     from xsm_celery.metrics.figures import WorkerState
 
-    replies = app.control.inspect(timeout=timeout).xsm_states() or {}
+    replies: dict[str, Any] = {}
+    for reply in app.control.broadcast("xsm_states", reply=True, timeout=timeout) or []:
+        replies.update(reply)
     states: list[WorkerState] = []
     for worker, rows in sorted(replies.items()):
         for row in _rows(rows):
