@@ -24,7 +24,7 @@ from celery.exceptions import Retry
 
 from xsm_celery.celery.attempt import Outcome, Run, run_chart
 from xsm_celery.celery.dead_letters import DeadLetterWriter, TaskFailure
-from xsm_celery.celery.facts import AttemptFacts
+from xsm_celery.celery.facts import AttemptFacts, attempt_of
 from xsm_celery.celery.settings import XsmSettings
 from xsm_celery.celery.stores import stores_for
 from xsm_celery.celery.timers import schedule_retry
@@ -104,7 +104,7 @@ def _control(run: Run) -> BaseException:
 
 def _lost_attempt(task: Any, markers: Any, snapshot: str | None) -> BaseException | None:
     """A ``WorkerLost`` if this redelivered message's attempt had started, else None."""
-    attempt = _attempt_in(snapshot) + 1
+    attempt = attempt_of(snapshot)
     try:
         started = markers.started(task.request.id)
     except Exception:
@@ -122,16 +122,6 @@ def _lost_attempt(task: Any, markers: Any, snapshot: str | None) -> BaseExceptio
         f"the worker running attempt {attempt} of {task.name}[{task.request.id}] died "
         "before finishing it; the broker redelivered the message"
     )
-
-
-def _attempt_in(snapshot: str | None) -> int:
-    if snapshot is None:
-        return 0
-    try:
-        value = json.loads(snapshot).get("context", {}).get("attempt", 0)
-        return int(value)
-    except (ValueError, TypeError, AttributeError):
-        return 0
 
 
 def _give_up(
