@@ -86,3 +86,45 @@ def test_without_a_recording_span_nothing_is_added(
     interp.start()
     interp.send("PAY", total=1)
     assert "traceparent" not in outbox.pending(1)[0].envelope.extensions
+
+
+def test_a_workflow_step_span_continues_its_events_trace(
+    provider: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    """A WORKFLOW_STEP fact becomes a span parented on the event's traceparent, with its timing."""
+    sdk, exporter = provider
+    with sdk.get_tracer("shop").start_as_current_span("send event") as sender:
+        carrier: dict[str, str] = {}
+        hooks.emit(hooks.FactKind.OUTBOUND, carrier=carrier)
+    hooks.emit(hooks.FactKind.WORKFLOW_STEP, workflow="checkout", event="PAID", outcome="processed",
+               attempt=1, traceparent=carrier["traceparent"], duration_s=0.25)
+    [step] = [s for s in exporter.get_finished_spans() if s.name == "xsm.workflow checkout"]
+    assert step.parent.span_id == sender.get_span_context().span_id
+    assert step.attributes["xsm.event"] == "PAID"
+    assert (step.end_time - step.start_time) == pytest.approx(0.25e9, rel=0.01)
+
+
+def test_task_messages_carry_and_continue_the_trace(
+    provider: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    """A task published inside a span carries it; the task run continues it until it ends."""
+    from types import SimpleNamespace
+
+    from opentelemetry import trace
+
+    from xsm_celery.celery import observability
+
+    sdk, _ = provider
+    headers: dict[str, str] = {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
+    observability._inject_headers(headers=headers)
+    assert headers["traceparent"].startswith("00-1111")
+    fresh: dict[str, str] = {}
+    with sdk.get_tracer("shop").start_as_current_span("publish") as publish:
+        observability._inject_headers(headers=fresh)
+    trace_id = publish.get_span_context().trace_id
+    assert fresh["traceparent"].split("-")[1] == f"{trace_id:032x}"
+    task = SimpleNamespace(request=SimpleNamespace(headers=fresh))
+    observability._continue_trace(task_id="t-1", task=task)
+    assert trace.get_current_span().get_span_context().trace_id == trace_id
+    observability._end_trace(task_id="t-1")
+    assert not trace.get_current_span().get_span_context().is_valid
