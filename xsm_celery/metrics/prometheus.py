@@ -18,7 +18,7 @@ from typing import Any
 
 from xsm_celery.errors import MissingExtraError
 from xsm_celery.hooks import Fact, FactKind, subscribe
-from xsm_celery.metrics.labels import LabelGuard, field_of
+from xsm_celery.metrics.labels import OTHER, LabelGuard, field_of
 
 try:
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -53,6 +53,7 @@ class PrometheusMetrics:
         reg = REGISTRY if registry is None else registry
         self.registry = reg
         self._guards: dict[str, LabelGuard] = {}
+        self._children: dict[tuple[int, tuple[object, ...]], Any] = {}
         self._lock = threading.Lock()
         c, h = _factory(Counter, reg), _factory(Histogram, reg)
         self.attempts = c("xsm_task_attempts", "Chart-task attempts by outcome.",
@@ -117,12 +118,29 @@ class PrometheusMetrics:
             handler(fact.fields)
 
     def _labels(self, metric: Any, *values: object) -> Any:
+        """The child of ``metric`` for ``values``, cached once its labels were admitted as is.
+
+        The cache holds only label sets the guard let through unchanged, so it is bounded
+        by the guard's limit; a flood of new values takes the slow path and lands in
+        ``other``.
+        """
+        key: tuple[int, tuple[object, ...]] | None = (id(metric), values)
+        try:
+            child = self._children.get(key)  # type: ignore[arg-type]
+        except TypeError:
+            key, child = None, None
+        if child is not None:
+            return child
         name = metric._name
         guard = self._guards.get(name)
         if guard is None:
             with self._lock:
                 guard = self._guards.setdefault(name, LabelGuard())
-        return metric.labels(*guard.admit(values))
+        labels = guard.admit(values)
+        child = metric.labels(*labels)
+        if key is not None and OTHER not in labels:
+            self._children[key] = child
+        return child
 
     def _inc(self, metric: Any, *values: object, amount: float = 1.0) -> None:
         self._labels(metric, *values).inc(amount)
