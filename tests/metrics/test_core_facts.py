@@ -92,3 +92,20 @@ def test_a_machine_timer_reports_its_lag(facts: list[Fact]) -> None:
     [fired] = of(facts, FactKind.TIMER_FIRED)
     assert fired["purpose"] == "machine"
     assert fired["lag_s"] == pytest.approx(2.5)
+
+
+def test_the_dead_letter_plugin_reports_its_records(facts: list[Fact]) -> None:
+    """A chart entering its dead-letter state through DeadLetterPlugin reports the record."""
+    from xsm_celery import SyncInterpreter
+    from xsm_celery.patterns import DeadLetterPlugin, DeadLetterStore
+
+    chart = create_machine({"id": "job", "initial": "working", "states": {
+        "working": {"on": {"FAIL": "dead"}}, "dead": {"tags": ["dead-letter"]}}})
+    store = DeadLetterStore()
+    interp = SyncInterpreter(chart)
+    interp.use(DeadLetterPlugin(store))
+    interp.start()
+    interp.send("FAIL")
+    assert len(store.all()) == 1
+    [written] = of(facts, FactKind.DEAD_LETTER_WRITTEN)
+    assert (written["source"], written["machine"]) == ("plugin", "job")
