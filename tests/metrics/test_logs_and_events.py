@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 
 import pytest
 from celery import Celery
@@ -17,15 +18,16 @@ from xsm_celery.metrics.logs import LOGGER_NAME, FactLogger, log_fields
 
 def test_a_retry_is_one_record_with_stable_fields(caplog: pytest.LogCaptureFixture) -> None:
     """A retry fact is one WARNING record whose extra fields carry the xsm_ names."""
-    stop = hooks.subscribe(FactLogger().handle)
+    name = f"{LOGGER_NAME}.test-{uuid.uuid4().hex[:6]}"
+    stop = hooks.subscribe(FactLogger(logging.getLogger(name)).handle)
     try:
-        with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
+        with caplog.at_level(logging.INFO, logger=name):
             hooks.emit(FactKind.RETRY_SCHEDULED, task="shop.charge", task_id="t-1", attempt=2,
                        exception="ConnectionError", delay_s=1.5, durable=False)
             hooks.emit(FactKind.TIMER_FIRED, purpose="retry", lag_s=0.1)
     finally:
         stop()
-    records = [r for r in caplog.records if r.name == LOGGER_NAME]
+    records = [r for r in caplog.records if r.name == name]
     assert len(records) == 1
     record = records[0]
     assert record.levelno == logging.WARNING
