@@ -7,6 +7,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from tests.cli import proj
@@ -85,8 +86,11 @@ def test_an_unreadable_store_exits_1_after_printing_the_rest(tmp_path: Path) -> 
     assert report["dead_letters"]["1h"] == {"task_exhausted": 1}
 
 
-def test_the_celery_subcommand_reads_the_apps_stores() -> None:
-    """``celery -A proj xsm status`` reads the app's xsm_dead_letter_store setting."""
+def test_the_celery_subcommand_reads_the_apps_stores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``celery -A proj xsm status`` reads the app's stores and creates none that is missing."""
+    monkeypatch.chdir(tmp_path)
     store = open_dead_letter_store(proj.STORE_URL)
     store.clear()
     store.put(make_record(reason="worker_lost", taken_at=time.time() - 5))
@@ -95,4 +99,7 @@ def test_the_celery_subcommand_reads_the_apps_stores() -> None:
     finally:
         store.clear()
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["dead_letters"]["1h"] == {"worker_lost": 1}
+    report = json.loads(result.output)
+    assert report["dead_letters"]["1h"] == {"worker_lost": 1}
+    assert report["timers"] is None
+    assert not (tmp_path / "xsm_celery.db").exists()

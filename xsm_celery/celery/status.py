@@ -11,6 +11,7 @@ solo and threads pools the worker's own process answers.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -120,16 +121,36 @@ def _rows(rows: Any) -> Iterable[dict[str, Any]]:
     return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
 
 
-def sources_for_app(app: Any, *, ask_workers: bool = False) -> Any:
-    """The ``Sources`` of ``app``: its dead-letter and timer stores, and the relay's outbox."""
+def sources_for_app(app: Any, *, ask_workers: bool = False, create: bool = True) -> Any:
+    """The ``Sources`` of ``app``: its dead-letter and timer stores, and the relay's outbox.
+
+    Args:
+        app: The Celery app whose settings name the stores.
+        ask_workers: Also ask the running workers for their breakers and limits.
+        create: Open stores as a worker does. With False (a status from the command line)
+            a store whose SQLite file does not exist yet is left out instead of created.
+    """
     from xsm_celery.celery.relay import outbox_store
     from xsm_celery.celery.stores import stores_for
     from xsm_celery.metrics.figures import Sources
 
     stores = stores_for(app)
+    settings = stores.settings
+
+    def wanted(setting: Any) -> bool:
+        return create or not _missing_sqlite_file(setting)
+
     return Sources(
-        dead_letters=stores.dead_letters(),
-        timers=stores.timers(),
-        outbox=outbox_store(app),
+        dead_letters=stores.dead_letters() if wanted(settings.dead_letter_store) else None,
+        timers=stores.timers() if wanted(settings.timer_store) else None,
+        outbox=outbox_store(app) if wanted(app.conf.get("xsm_outbox_store")) else None,
         workers=(lambda: worker_states(app)) if ask_workers else None,
     )
+
+
+def _missing_sqlite_file(setting: Any) -> bool:
+    """Whether ``setting`` is a ``sqlite:///path`` URL whose file does not exist."""
+    if not isinstance(setting, str) or not setting.startswith("sqlite:///"):
+        return False
+    path = setting[len("sqlite:///") :].split("?", 1)[0]
+    return bool(path) and not os.path.exists(path)

@@ -121,7 +121,7 @@ def _sources(app: Any, ask_workers: bool, urls: dict[str, Any]) -> Sources:
         from xsm_celery.celery.status import sources_for_app
 
         try:
-            base = sources_for_app(app, ask_workers=ask_workers)
+            base = sources_for_app(app, ask_workers=ask_workers, create=False)
         except XsmError as exc:
             raise CliError(str(exc)) from None
     sources = replace(base, **urls)
