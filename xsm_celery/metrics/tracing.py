@@ -60,6 +60,10 @@ def inject(carrier: MutableMapping[str, Any]) -> None:
         _propagator.inject(carrier)
 
 
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def _attributes(fields: Mapping[str, object], *names: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in names:
@@ -106,7 +110,7 @@ class Tracing:
             f"xsm.task {f.get('task')}",
             context=parent,
             kind=SpanKind.CONSUMER,
-            attributes=_attributes(f, "task", "attempt"),
+            attributes={"xsm.task": str(f.get("task")), "xsm.attempt": _int(f.get("attempt"))},
         )
         token = otel_context.attach(trace.set_span_in_context(span, parent))
         _open.set((*_open.get(), (span, token)))
@@ -117,7 +121,7 @@ class Tracing:
             return
         (span, token), rest = stack[-1], stack[:-1]
         _open.set(rest)
-        span.set_attributes(_attributes(f, "outcome", "exception", "duration_s"))
+        span.set_attributes(_attributes(f, "outcome", "exception"))
         if f.get("outcome") in _FAILED:
             span.set_status(Status(StatusCode.ERROR, str(f.get("exception") or "")))
         span.end()
