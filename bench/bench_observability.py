@@ -1,17 +1,20 @@
 """Cost of metrics and tracing on a no-op chart task: tasks/s with each on, against off.
 
-Three modes of the same ``ChartTask`` on one ``celery worker -P solo`` over the same Redis,
-alternated round by round: ``off`` (the defaults: structured logs and the status board
-subscribed, no exporter), ``metrics`` (``xsm_metrics_port`` set: Prometheus in multiprocess
-mode, ``/metrics`` served) and ``tracing`` (``xsm_tracing`` with the OpenTelemetry SDK and
-a batch processor feeding an exporter that drops everything). Each run fills a fresh queue
-with N messages; the worker times from its first task to its N-th success. Targets: metrics
-keep >= 95% of off, tracing >= 90%. Run: ``python -m bench observability`` (Redis on
-127.0.0.1:6379, or ``XSM_BENCH_REDIS``).
+One ``celery worker -P solo`` over Redis drains N messages of one no-op ``ChartTask`` with
+every exporter ready (``xsm_metrics_port`` set: Prometheus in multiprocess mode with
+``/metrics`` served; ``xsm_tracing`` with the OpenTelemetry SDK and a batch processor
+feeding an exporter that drops every span). Every ``BATCH`` tasks the worker switches mode
+by subscribing or unsubscribing the exporters on the fact stream: ``off`` (the defaults:
+structured logs and the status board only), ``metrics``, ``tracing``; the order rotates each
+cycle. Modes are compared batch against batch of the same cycle, in the same process and
+on the same connection, because the shared machine's load drifts by more than the costs
+measured. Targets: metrics keep >= 95% of off, tracing >= 90%. Run: ``python -m bench
+observability`` (Redis on 127.0.0.1:6379, or ``XSM_BENCH_REDIS``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import subprocess
@@ -27,17 +30,17 @@ import redis
 from celery import Celery
 from celery.signals import task_prerun, task_success
 
-from bench.timing import table
+from bench.timing import per_call_us, table
+from xsm_celery import hooks
 from xsm_celery.celery import ChartTask
 from xsm_celery.patterns import RetryPolicy
 
 REDIS = os.environ.get("XSM_BENCH_REDIS", "redis://127.0.0.1:6379/12")
 ROOT = Path(__file__).resolve().parent.parent
-MODE = os.environ.get("XSM_BENCH_MODE", "off")
 
-#: Messages per run and runs per mode (modes alternate; the best run of each is reported).
-N = 2000
-ROUNDS = 7
+#: Tasks per batch, and cycles (each runs every mode once, in a rotating order).
+BATCH = 100
+CYCLES = 60
 MODES = ("off", "metrics", "tracing")
 TARGETS = {"metrics": 0.95, "tracing": 0.90}
 
@@ -71,9 +74,8 @@ app.conf.update(
     xsm_timer_store="sqlite://",
     xsm_attempt_markers=os.environ.get("XSM_BENCH_MARKERS"),
 )
-if MODE == "metrics":
+if os.environ.get("XSM_BENCH_KEY"):
     app.conf.xsm_metrics_port = 0
-if MODE == "tracing":
     app.conf.xsm_tracing = True
     _tracing_sdk()
 
@@ -83,35 +85,81 @@ def obs_noop() -> None:
     """Succeeds at once, under the retry chart."""
 
 
-_done = {"n": 0, "t0": 0.0}
+class Switch:
+    """Turns the exporters on and off between batches and times each batch."""
+
+    def __init__(self) -> None:
+        self.exporters: dict[str, Any] = {}
+        self.mode = "off"
+        self.started = 0.0
+        self.done = 0
+        self.times: dict[str, list[float]] = {mode: [] for mode in MODES}
+
+    def find_exporters(self) -> None:
+        """The Prometheus and tracing subscribers the worker installed, then switch off."""
+        for subscriber in hooks.subscribers():
+            owner = type(getattr(subscriber, "__self__", None)).__name__
+            if owner == "PrometheusMetrics":
+                self.exporters["metrics"] = subscriber
+            elif owner == "Tracing":
+                self.exporters["tracing"] = subscriber
+        for subscriber in self.exporters.values():
+            hooks.unsubscribe(subscriber)
+
+    def enter(self, mode: str) -> None:
+        """Make ``mode`` the current one: subscribe its exporter only."""
+        for name, subscriber in self.exporters.items():
+            hooks.unsubscribe(subscriber)
+            if name == mode:
+                hooks.subscribe(subscriber)
+        self.mode = mode
+        self.started = time.perf_counter()
+
+    def order(self, cycle: int) -> list[str]:
+        """The modes of ``cycle``, rotated so no mode always runs first."""
+        shift = cycle % len(MODES)
+        return [*MODES[shift:], *MODES[:shift]]
+
+    def before_task(self) -> None:
+        """At each batch boundary, close the batch and start the next mode."""
+        if self.done % BATCH:
+            return
+        batch = self.done // BATCH
+        if batch:
+            self.times[self.mode].append(time.perf_counter() - self.started)
+        cycle, slot = divmod(batch, len(MODES))
+        self.enter(self.order(cycle)[slot])
+
+
+_switch = Switch()
 
 
 @task_prerun.connect
-def _start(**_: Any) -> None:
-    """The clock starts when the first task starts (worker start-up is not counted)."""
-    if not _done["t0"]:
-        _done["t0"] = time.perf_counter()
+def _before(**_: Any) -> None:
+    if _switch.done == 0 and not _switch.exporters:
+        _switch.find_exporters()
+    _switch.before_task()
 
 
 @task_success.connect
-def _count(**_: Any) -> None:
-    """Stop the clock at the expected N-th success (set by XSM_BENCH_EXPECT)."""
-    _done["n"] += 1
-    expect = int(os.environ.get("XSM_BENCH_EXPECT", "0"))
-    if _done["n"] == expect:
-        elapsed = time.perf_counter() - _done["t0"]
-        redis.Redis.from_url(REDIS).set(os.environ["XSM_BENCH_KEY"], f"{expect} {elapsed}")
+def _after(**_: Any) -> None:
+    _switch.done += 1
+    if _switch.done == BATCH * len(MODES) * CYCLES:
+        _switch.times[_switch.mode].append(time.perf_counter() - _switch.started)
+        found = sorted(_switch.exporters)
+        payload = json.dumps({"times": _switch.times, "exporters": found})
+        redis.Redis.from_url(REDIS).set(os.environ["XSM_BENCH_KEY"], payload)
 
 
-def _run(mode: str, n: int) -> float:
-    """Fill a fresh queue with ``n`` messages, drain it with a solo worker, return tasks/s."""
+def _run() -> dict[str, Any]:
+    """Fill a fresh queue, drain it with one solo worker, return its batch times."""
+    total = BATCH * len(MODES) * CYCLES
     queue, key = f"bench-{uuid.uuid4().hex[:8]}", f"bench-result-{uuid.uuid4().hex}"
     producer = Celery("bench_producer", broker=REDIS)
     with producer.connection_for_write() as conn:
-        for _ in range(n):
+        for _ in range(total):
             producer.send_task(obs_noop.name, queue=queue, connection=conn)
-    env = {**os.environ, "XSM_BENCH_EXPECT": str(n), "XSM_BENCH_KEY": key,
-           "XSM_BENCH_MODE": mode, "PYTHONPATH": str(ROOT)}  # fmt: skip
+    env = {**os.environ, "XSM_BENCH_KEY": key, "PYTHONPATH": str(ROOT)}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     args = [sys.executable, "-m", "celery", "-A", "bench.bench_observability", "worker",
             "-P", "solo", "-Q", queue, "-l", "ERROR", "--without-gossip", "--without-mingle",
@@ -122,44 +170,81 @@ def _run(mode: str, n: int) -> float:
         with log.open("wb") as out:
             worker = subprocess.Popen(args, cwd=cwd, env=env, stdout=out, stderr=out)
             try:
-                deadline = time.monotonic() + 120
+                deadline = time.monotonic() + 600
                 while client.get(key) is None:
                     if time.monotonic() > deadline or worker.poll() is not None:
                         tail = log.read_text(errors="replace")[-2000:]
-                        raise RuntimeError(f"the {mode} worker did not finish:\n{tail}")
-                    time.sleep(0.05)
+                        raise RuntimeError(f"the worker did not finish:\n{tail}")
+                    time.sleep(0.1)
             finally:
                 worker.terminate()
                 worker.wait(timeout=30)
-    count, elapsed = client.get(key).decode().split()  # type: ignore[union-attr]
+    result: dict[str, Any] = json.loads(client.get(key))  # type: ignore[arg-type]
     client.delete(key, queue)
     producer.close()
-    return int(count) / float(elapsed)
+    return result
+
+
+def _handler_cost_us() -> dict[str, float]:
+    """Microseconds one attempt's two facts cost each exporter, in this process."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+    from prometheus_client import CollectorRegistry
+
+    from xsm_celery.hooks import FactKind
+    from xsm_celery.metrics.logs import FactLogger
+    from xsm_celery.metrics.prometheus import PrometheusMetrics
+    from xsm_celery.metrics.tracing import Tracing
+
+    class DropExporter(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    def attempt() -> None:
+        hooks.emit(FactKind.ATTEMPT_STARTED, task="bench.obs_noop", attempt=1, traceparent=None)
+        hooks.emit(FactKind.ATTEMPT_FINISHED, task="bench.obs_noop", attempt=1,
+                   outcome="succeeded", exception=None, duration_s=0.001)  # fmt: skip
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(DropExporter()))
+    exporters = {"metrics": PrometheusMetrics(CollectorRegistry()).handle,
+                 "tracing": Tracing(provider).handle}  # fmt: skip
+    stop_logs = hooks.subscribe(FactLogger().handle)
+    base = per_call_us(attempt, number=5000)
+    costs = {"off": 0.0}
+    for mode, handler in exporters.items():
+        stop = hooks.subscribe(handler)
+        costs[mode] = max(0.0, per_call_us(attempt, number=5000) - base)
+        stop()
+    stop_logs()
+    provider.shutdown()
+    return costs
 
 
 def main() -> None:
-    """Print tasks/s per mode and each mode's share of ``off``.
-
-    The machine is shared, so its load drifts during a run: besides the best and the median
-    rate of each mode, the ratio of each round (a mode against the ``off`` run next to it)
-    is taken, and their median reported, which the drift affects least.
-    """
-    rates: dict[str, list[float]] = {mode: [] for mode in MODES}
-    for _ in range(ROUNDS):
-        for mode in MODES:
-            rates[mode].append(_run(mode, N))
-    best_off = max(rates["off"])
+    """Print each mode's tasks/s and its ratio to ``off`` within the same cycle."""
+    result = _run()
+    if result["exporters"] != ["metrics", "tracing"]:
+        raise RuntimeError(f"the worker did not install both exporters: {result['exporters']}")
+    times = result["times"]
     rows = []
     for mode in MODES:
-        best, median = max(rates[mode]), statistics.median(rates[mode])
-        paired = statistics.median(r / o for r, o in zip(rates[mode], rates["off"], strict=True))
+        rates = [BATCH / t for t in times[mode]]
+        paired = [o / t for o, t in zip(times["off"], times[mode], strict=True)]
         target = f">= {TARGETS[mode]:.0%}" if mode in TARGETS else ""
-        rows.append([mode, f"{best:,.0f}", f"{best / best_off:.0%}", f"{median:,.0f}",
-                     f"{paired:.0%}", target])  # fmt: skip
-    headers = ["no-op ChartTask, solo worker, Redis", "best tasks/s", "best of off",
-               "median tasks/s", "paired ratio (median)", "target"]  # fmt: skip
+        rows.append([mode, f"{statistics.median(rates):,.0f}", f"{max(rates):,.0f}",
+                     f"{statistics.median(paired):.1%}", target])  # fmt: skip
+    headers = ["no-op ChartTask, one solo worker, Redis", "median tasks/s", "best tasks/s",
+               "of off (median of cycles)", "target"]  # fmt: skip
     print(table(headers, rows))
-    print(f"\n{ROUNDS} rounds, modes alternating within each; {N} tasks per run")
+    print(f"\n{CYCLES} cycles of {BATCH}-task batches per mode, order rotating, one worker")
+    costs = _handler_cost_us()
+    per_task_us = 1e6 / statistics.median(BATCH / t for t in times["off"])
+    cost_rows = [[mode, f"{costs[mode]:.1f}", f"{per_task_us / (per_task_us + costs[mode]):.1%}"]
+                 for mode in MODES]  # fmt: skip
+    print()
+    print(table(["exporter", "cost per attempt (us)", "implied share of off"], cost_rows))
+    print(f"\nimplied share: the worker's median {per_task_us:,.0f} us per task, plus the cost")
 
 
 if __name__ == "__main__":
