@@ -2,8 +2,8 @@
 
 ``sources_for_app`` names the stores an app's settings point at (dead letters, durable
 timers, the relay's outbox). Breakers and limiters live inside the workers, so a status
-asks them: the ``xsm_states`` remote-control command (``celery -A proj inspect
-xsm_states``) answers with the last state of every breaker and the admission and deferral
+asks them: the ``xsm_states`` remote-control command (a broadcast, as ``xsm-celery
+status`` sends it) answers with the last state of every breaker and the admission and deferral
 counts of every limit the worker's processes reported. Under the prefork pool the children
 report through the multiprocess metric files, so that needs ``xsm_metrics_port``; with the
 solo and threads pools the worker's own process answers.
