@@ -65,6 +65,10 @@ class FactKind(enum.Enum):
     RETRY_ATTEMPTED = "retry_attempted"
     RETRY_EXHAUSTED = "retry_exhausted"
     IDEMPOTENT_REPLAYED = "idempotent_replayed"
+    #: A message is about to leave this process; ``carrier`` is its dict of string headers
+    #: (or envelope extensions), the one field a subscriber may write to: a tracer adds
+    #: the W3C ``traceparent`` of the current span, so the receiver continues the trace.
+    OUTBOUND = "outbound"
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,8 +73,9 @@ def test_every_transition_is_a_fact() -> None:
     finally:
         stop()
     facts = [dict(f.fields) for f in seen if f.kind is FactKind.BREAKER_TRANSITION]
+    scope = {"breaker": "geo", "scope": "process"}
     assert facts == [
-        {"breaker": "geo", "from_state": "closed", "to_state": "open", "reason": "failure"},
-        {"breaker": "geo", "from_state": "open", "to_state": "half_open", "reason": "cooldown"},
-        {"breaker": "geo", "from_state": "half_open", "to_state": "closed", "reason": "success"},
+        {**scope, "from_state": "closed", "to_state": "open", "reason": "failure"},
+        {**scope, "from_state": "open", "to_state": "half_open", "reason": "cooldown"},
+        {**scope, "from_state": "half_open", "to_state": "closed", "reason": "success"},
     ]

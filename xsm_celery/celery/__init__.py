@@ -25,6 +25,7 @@ from xsm_celery.celery.consumer import DispatcherStep, install_dispatcher
 from xsm_celery.celery.execute import HEADER
 from xsm_celery.celery.fleet import AIMD, Concurrency, RateLimit
 from xsm_celery.celery.markers import AttemptMarkers, MemoryAttemptMarkers
+from xsm_celery.celery.observability import ObservabilityConfig, observability_config
 from xsm_celery.celery.relay import install_relay, relay_outbox
 from xsm_celery.celery.replay import TaskReplayResult, replay_task
 from xsm_celery.celery.serialization import require_json
@@ -69,4 +70,7 @@ __all__ = [
     "RateLimit",
     "DEFERRED_STATE",
     "task_deferred",
+    # Observability
+    "ObservabilityConfig",
+    "observability_config",
 ]

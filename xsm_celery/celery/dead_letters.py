@@ -18,6 +18,7 @@ from typing import Any
 
 from xsm_celery.engine import redact
 from xsm_celery.errors import DeferredTooLongError, WorkerLost
+from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns import ERRORS_CONTEXT_KEY, DeadLetter, DeadLetterReason
 
 __all__ = ["DeadLetterWriter", "TaskFailure", "redact_arguments"]
@@ -128,12 +129,17 @@ class DeadLetterWriter:
         try:
             self._open_store().put(record)
         except Exception:
+            emit(FactKind.DEAD_LETTER_WRITTEN, source="task", reason=record.reason,
+                 task=failure.task_name, task_id=failure.task_id, stored=False)  # fmt: skip
             logger.exception(
                 "dead-letter store failed; task %s[%s] record kept only in this log: %s",
                 failure.task_name,
                 failure.task_id,
                 record.to_json(),
             )
+            return record
+        emit(FactKind.DEAD_LETTER_WRITTEN, source="task", reason=record.reason,
+             task=failure.task_name, task_id=failure.task_id, stored=True)  # fmt: skip
         return record
 
 

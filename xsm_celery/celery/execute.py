@@ -24,10 +24,12 @@ from celery.exceptions import Retry
 
 from xsm_celery.celery.attempt import Outcome, Run, run_chart
 from xsm_celery.celery.dead_letters import DeadLetterWriter, TaskFailure
+from xsm_celery.celery.facts import AttemptFacts, attempt_of
 from xsm_celery.celery.settings import XsmSettings
 from xsm_celery.celery.stores import stores_for
 from xsm_celery.celery.timers import schedule_retry
 from xsm_celery.errors import TaskGaveUp, WorkerLost
+from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns import RetryPolicy
 
 __all__ = ["HEADER", "Bound", "execute"]
@@ -59,6 +61,22 @@ class Bound:
 
 def execute(task: Any, bound: Bound, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     """Run one attempting step for ``task`` and return, retry or fail as the chart says."""
+    facts = AttemptFacts.start(task, (task.request.headers or {}).get(HEADER))
+    if facts is None:
+        return _execute(task, bound, args, kwargs, None)
+    try:
+        return _execute(task, bound, args, kwargs, facts)
+    finally:
+        facts.finish()
+
+
+def _execute(
+    task: Any,
+    bound: Bound,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    facts: AttemptFacts | None,
+) -> Any:
     request = task.request
     snapshot = (request.headers or {}).get(HEADER)
     run = Run(call=functools.partial(task.run, *args, **kwargs))
@@ -68,6 +86,8 @@ def execute(task: Any, bound: Bound, args: Sequence[Any], kwargs: Mapping[str, A
         if (request.delivery_info or {}).get("redelivered"):
             run.lost = _lost_attempt(task, markers, snapshot)
     outcome = run_chart(bound.machine, snapshot, run)
+    if facts is not None:
+        facts.settled(outcome.kind, run.error)
     if outcome.kind == "done":
         return run.result
     if outcome.kind == "control":
@@ -84,7 +104,7 @@ def _control(run: Run) -> BaseException:
 
 def _lost_attempt(task: Any, markers: Any, snapshot: str | None) -> BaseException | None:
     """A ``WorkerLost`` if this redelivered message's attempt had started, else None."""
-    attempt = _attempt_in(snapshot) + 1
+    attempt = attempt_of(snapshot)
     try:
         started = markers.started(task.request.id)
     except Exception:
@@ -102,16 +122,6 @@ def _lost_attempt(task: Any, markers: Any, snapshot: str | None) -> BaseExceptio
         f"the worker running attempt {attempt} of {task.name}[{task.request.id}] died "
         "before finishing it; the broker redelivered the message"
     )
-
-
-def _attempt_in(snapshot: str | None) -> int:
-    if snapshot is None:
-        return 0
-    try:
-        value = json.loads(snapshot).get("context", {}).get("attempt", 0)
-        return int(value)
-    except (ValueError, TypeError, AttributeError):
-        return 0
 
 
 def _give_up(
@@ -136,6 +146,9 @@ def _give_up(
             retryable=error is None or bound.policy.should_retry(error),
         )
     )
+    attempt = outcome.interpreter.context.get("attempt")
+    emit(FactKind.GAVE_UP, task=str(task.name), task_id=str(task.request.id),
+         exception=_type_name(error), attempt=attempt)  # fmt: skip
     if error is None:
         return TaskGaveUp(
             f"task {task.name}[{task.request.id}] entered dead-letter state "
@@ -158,7 +171,12 @@ def _retry(
     delay_s = outcome.delay_ms / 1000.0
     headers = {HEADER: outcome.interpreter.get_snapshot()}
     error = outcome.run.error
-    if delay_s <= bound.settings.timer_countdown_max_s:
+    durable = delay_s > bound.settings.timer_countdown_max_s
+    emit(FactKind.RETRY_SCHEDULED, task=str(task.name), task_id=str(task.request.id),
+         exception=_type_name(error), delay_s=delay_s, durable=durable,
+         attempt=outcome.interpreter.context.get("attempt"))  # fmt: skip
+    emit(FactKind.OUTBOUND, carrier=headers)
+    if not durable:
         result: BaseException = task.retry(countdown=delay_s, exc=error, headers=headers)
         return result
     due = time.time() + delay_s
@@ -174,8 +192,13 @@ def _retry(
         due_at=due,
         options=_route(request),
     )
+    emit(FactKind.TIMER_SCHEDULED, task=str(task.name), delay_s=delay_s, purpose="retry")
     cause = error if isinstance(error, Exception) else None
     return Retry(exc=cause, when=datetime.fromtimestamp(due, tz=timezone.utc))
+
+
+def _type_name(error: BaseException | None) -> str | None:
+    return None if error is None else type(error).__name__
 
 
 def _route(request: Any) -> dict[str, Any]:

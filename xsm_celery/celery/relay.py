@@ -39,6 +39,7 @@ __all__ = [
     "RELAY_OUTBOX_TASK",
     "RelayConfig",
     "install_relay",
+    "outbox_store",
     "relay_for",
     "relay_outbox",
     "relay_pending",
@@ -139,16 +140,30 @@ def _check(config: RelayConfig) -> None:
         raise ConfigurationError(f"relay option lease_s={config.lease_s!r} must be > 0 seconds")
 
 
-def _build(app: Any, config: RelayConfig) -> OutboxRelay:
-    outbox = config.outbox
+def outbox_store(app: Any) -> Any:
+    """The outbox ``app``'s relay drains, opened; None when no relay is configured."""
+    config = _installed.get(app)
+    if config is None:
+        if app.conf.get("xsm_outbox_store") is None:
+            return None
+        config = _config(app)
+    return _open_outbox(config.outbox)
+
+
+def _open_outbox(outbox: Any) -> Any:
     if is_django_url(outbox):
-        outbox = open_django_store(outbox, "outbox")
-    elif isinstance(outbox, str):
+        return open_django_store(outbox, "outbox")
+    if isinstance(outbox, str):
         # A URL names the same table the application's SQLAlchemyStore writes, so the
         # celery integration opens it with the sqlalchemy one (as stores.py does).
         from xsm_celery.sqlalchemy import SQLAlchemyOutboxStore
 
-        outbox = SQLAlchemyOutboxStore(outbox)
+        return SQLAlchemyOutboxStore(outbox)
+    return outbox
+
+
+def _build(app: Any, config: RelayConfig) -> OutboxRelay:
+    outbox = _open_outbox(config.outbox)
     broker = config.broker
     if broker is None or isinstance(broker, str):
         # celery may use kombu: the relay publishes over the app's own broker connection.

@@ -18,6 +18,7 @@ from celery.utils import uuid
 
 from xsm_celery.engine.redact import REDACTED
 from xsm_celery.errors import ReplayRefusedError
+from xsm_celery.hooks import FactKind, emit
 
 __all__ = ["TaskReplayResult", "replay_task"]
 
@@ -75,6 +76,8 @@ def replay_task(
     store.mark_resolved(record_id, time.time())
     outcome = f"sent {name} as task {task_id}"
     store.audit(record_id, "replay", actor=actor or _login(), reason=reason, outcome=outcome)
+    emit(FactKind.DEAD_LETTER_REPLAYED, source="task", task=name, task_id=task_id,
+         record_id=record_id, reason=record.reason)  # fmt: skip
     return TaskReplayResult(record_id, False, outcome, name, task_id, args, kwargs, warnings)
 
 

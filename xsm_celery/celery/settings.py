@@ -46,7 +46,12 @@ DEFAULT_TIMER_BATCH = 500
 
 _PREFIX = "xsm_"
 #: Modules that call ``register_keys`` for the settings they read.
-_REGISTRARS = ("xsm_celery.celery.relay", "xsm_celery.celery.consumer", "xsm_celery.celery.fleet")
+_REGISTRARS = (
+    "xsm_celery.celery.relay",
+    "xsm_celery.celery.consumer",
+    "xsm_celery.celery.fleet",
+    "xsm_celery.celery.observability",
+)
 _registered: set[str] = set()
 _cache: weakref.WeakKeyDictionary[Any, XsmSettings] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()

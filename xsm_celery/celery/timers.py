@@ -21,6 +21,7 @@ from typing import Any
 from celery import shared_task
 
 from xsm_celery.celery.stores import stores_for
+from xsm_celery.hooks import FactKind, emit
 
 __all__ = ["FIRE_TIMERS_TASK", "fire_due_timers", "fire_timers", "schedule_retry"]
 
@@ -76,6 +77,8 @@ def fire_due_timers(app: Any, *, now: float | None = None, owner: str | None = N
             logger.exception("could not publish the retry of task %s; will try again", timer.key)
             continue
         timers.delete(timer.id)
+        emit(FactKind.TIMER_FIRED, task=timer.payload.get("task"), purpose="retry",
+             lag_s=max(0.0, now - timer.due_at))  # fmt: skip
         sent += 1
     return sent
 

@@ -10,6 +10,7 @@ from xsm_celery.cli.asyncapi import asyncapi
 from xsm_celery.cli.base import OneLineGroup
 from xsm_celery.cli.breakers import breakers
 from xsm_celery.cli.dlq import dlq
+from xsm_celery.cli.status import status
 
 __all__ = ["cli", "main"]
 
@@ -24,13 +25,14 @@ def _version() -> str:
 @click.group(cls=OneLineGroup)
 @click.version_option(_version(), prog_name="xsm-celery")
 def cli() -> None:
-    """Operate xsm_celery: dead letters, the fleet's breakers and limits, and the AsyncAPI
-    documents of charts."""
+    """Operate xsm_celery: dead letters, the fleet's breakers and limits, AsyncAPI documents
+    of charts, and the status of everything it runs."""
 
 
 cli.add_command(dlq)
 cli.add_command(asyncapi)
 cli.add_command(breakers)
+cli.add_command(status)
 
 
 def main() -> None:

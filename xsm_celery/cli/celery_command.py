@@ -13,16 +13,18 @@ from xsm_celery.cli.asyncapi import asyncapi
 from xsm_celery.cli.base import OneLineGroup
 from xsm_celery.cli.breakers import breakers
 from xsm_celery.cli.dlq import dlq
+from xsm_celery.cli.status import status
 
 __all__ = ["xsm"]
 
 
 @click.group(cls=OneLineGroup)
 def xsm() -> None:
-    """xsm_celery operations: dead letters (xsm dlq ...), fleet limits (xsm breakers ...) and
-    AsyncAPI documents (xsm asyncapi CHART)."""
+    """xsm_celery operations: dead letters (xsm dlq ...), fleet limits (xsm breakers ...),
+    AsyncAPI documents (xsm asyncapi CHART) and the status view (xsm status)."""
 
 
 xsm.add_command(dlq)
 xsm.add_command(asyncapi)
 xsm.add_command(breakers)
+xsm.add_command(status)

@@ -116,6 +116,20 @@ class DjangoDeadLetterStore:
         with store_errors("count", self.using):
             return int(rows.count())
 
+    def count_by_reason(self, since_wall: float) -> dict[str, int]:
+        """How many records were taken at or after ``since_wall`` (epoch s), per reason."""
+        from django.db.models import Count
+
+        rows = (
+            _records().objects.using(self.using)
+            .filter(taken_at__gte=float(since_wall))
+            .order_by()
+            .values("reason")
+            .annotate(n=Count("id"))
+        )
+        with store_errors("count_by_reason", self.using):
+            return {str(row["reason"]): int(row["n"]) for row in rows}
+
     def mark_resolved(self, record_id: str, resolved_at: float | None = None) -> bool:
         """Mark a record resolved; False when there is no such record."""
         when = self._wall() if resolved_at is None else check_cutoff(resolved_at)

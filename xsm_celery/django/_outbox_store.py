@@ -119,6 +119,15 @@ class DjangoOutboxStore(DjangoStoreBase):
         with store_errors("count", self.using):
             return int(rows.count())
 
+    def oldest_pending_at(self) -> float | None:
+        """When the oldest unsent row was added (epoch s), or None when none waits."""
+        from django.db.models import Min
+
+        rows = _model().objects.using(self.using).filter(sent_at__isnull=True)
+        with store_errors("oldest_pending_at", self.using):
+            value = rows.aggregate(oldest=Min("created_at"))["oldest"]
+        return None if value is None else float(value)
+
 
 def _model() -> type[OutboxMessage]:
     from xsm_celery.django.models import OutboxMessage

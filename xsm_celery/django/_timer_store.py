@@ -109,6 +109,14 @@ class DjangoTimerStore(DjangoStoreBase):
         with store_errors("count", self.using):
             return int(_model().objects.using(self.using).count())
 
+    def earliest_due_at(self) -> float | None:
+        """The due time of the earliest stored timer (epoch s), or None when there is none."""
+        from django.db.models import Min
+
+        with store_errors("earliest_due_at", self.using):
+            value = _model().objects.using(self.using).aggregate(first=Min("due_at"))["first"]
+        return None if value is None else float(value)
+
 
 def _model() -> type[DurableTimer]:
     from xsm_celery.django.models import DurableTimer

@@ -28,6 +28,7 @@ from xsm_celery.django.models import (
     MachineSnapshot,
     OutboxMessage,
 )
+from xsm_celery.django.status_admin import register_status_page
 from xsm_celery.django.templatetags.xsm_celery_admin import epoch_age, pretty_json
 
 __all__ = [
@@ -201,3 +202,6 @@ class DurableTimerAdmin(ReadOnlyAdmin):
     @admin.display(description=_("overdue"), boolean=True)
     def overdue(self, obj: DurableTimer) -> bool:
         return obj.due_at <= time.time()
+
+
+register_status_page(admin.site)

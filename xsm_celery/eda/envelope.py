@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from xsm_celery.errors import EnvelopeCorruptError, EnvelopeTooLargeError
+from xsm_celery.hooks import FactKind, emit
 from xsm_celery.ids import new_id
 
 if TYPE_CHECKING:
@@ -242,6 +243,7 @@ class Envelope:
         extensions: dict[str, Any] = {}
         if cause is not None and "traceparent" in cause.extensions:
             extensions["traceparent"] = cause.extensions["traceparent"]
+        emit(FactKind.OUTBOUND, carrier=extensions)
         version = getattr(machine, "version", None)
         return cls(
             type=type,

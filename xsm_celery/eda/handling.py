@@ -19,6 +19,7 @@ from xsm_celery.eda.envelope import Envelope, EnvelopeCorruptError, EnvelopeTooL
 from xsm_celery.eda.outbox import attach_cause
 from xsm_celery.engine import Event, Machine, Receipt
 from xsm_celery.errors import StoreError, XsmError
+from xsm_celery.hooks import FactKind, emit, subscribers
 from xsm_celery.patterns.dead_letter import DeadLetter, DeadLetterReason
 from xsm_celery.patterns.error_chain import error_entry
 from xsm_celery.persistence.idempotency import AdmissionKind
@@ -103,6 +104,7 @@ class Handling:
 
     def run(self) -> tuple[str, Outcome]:
         """Decide and carry out this delivery; return its id and outcome."""
+        started = time.perf_counter()
         try:
             outcome = self._route()
         except StoreError as exc:
@@ -112,7 +114,17 @@ class Handling:
         except Exception as exc:
             self._release()
             outcome = self._failed(exc)
+        if subscribers():
+            self._report(outcome, time.perf_counter() - started)
         return self.env_id, outcome
+
+    def _report(self, outcome: Outcome, duration_s: float) -> None:
+        """One ``DISPATCH_OUTCOME`` fact: bounded fields, the envelope's trace context."""
+        env, machine = self.env, self.machine
+        parent = env.extensions.get("traceparent") if env is not None else None
+        emit(FactKind.DISPATCH_OUTCOME, outcome=outcome.label, counted=outcome is Outcome.RETRY,
+             topic=self.topic, machine=machine.id if machine is not None else None,
+             envelope_id=self.env_id, traceparent=parent, duration_s=duration_s)  # fmt: skip
 
     def _route(self) -> Outcome:
         try:
@@ -261,6 +273,9 @@ class Handling:
         if self.env is not None:
             self.d.forget(self.env.id)
         level = logging.WARNING if corrupt else logging.ERROR
+        emit(FactKind.DEAD_LETTER_WRITTEN, source="dispatcher", reason=reason, topic=self.topic,
+             machine=self.machine.id if self.machine is not None else None,
+             envelope_id=self.env_id, stored=True)  # fmt: skip
         logger.log(level, "envelope %s dead-lettered (%s): %s", self.env_id, reason, exc)
         return Outcome.DEAD_LETTERED
 

@@ -135,6 +135,12 @@ class MemoryOutboxStore:
         with self._lock:
             return len(self._unsent) if pending_only else len(self._rows)
 
+    def oldest_pending_at(self) -> float | None:
+        """When the oldest unsent row was added (epoch s), or None when none waits."""
+        with self._lock:
+            first = next(iter(self._unsent), None)
+            return None if first is None else self._rows[first].created_at
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS xsm_outbox (
@@ -275,6 +281,12 @@ class SQLiteOutboxStore:
         """Return how many rows are held (only unsent ones with ``pending_only``)."""
         where = " WHERE sent_at IS NULL" if pending_only else ""
         return int(self.db.query(f"SELECT COUNT(*) FROM xsm_outbox{where}")[0][0])
+
+    def oldest_pending_at(self) -> float | None:
+        """When the oldest unsent row was added (epoch s), or None when none waits."""
+        rows = self.db.query("SELECT MIN(created_at) FROM xsm_outbox WHERE sent_at IS NULL")
+        value = rows[0][0] if rows else None
+        return None if value is None else float(value)
 
 
 def _record(row: tuple[int, str, str]) -> OutboxRecord:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from xsm_celery.eda.broker import maybe_await
+from xsm_celery.hooks import FactKind, emit, subscribers
 from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, OutboxRecord
 
 __all__ = ["DEFAULT_BATCH", "OutboxRelay"]
@@ -35,6 +36,13 @@ def _runs(rows: Sequence[OutboxRecord]) -> list[list[OutboxRecord]]:
         else:
             runs.append([row])
     return runs
+
+
+def _report(run: Sequence[OutboxRecord]) -> None:
+    """One ``OUTBOX_RELAYED`` fact per published run of one topic, with the rows' traces."""
+    if subscribers():
+        parents = tuple(str(r.envelope.extensions.get("traceparent") or "") for r in run)
+        emit(FactKind.OUTBOX_RELAYED, topic=run[0].topic, rows=len(run), traceparents=parents)
 
 
 class OutboxRelay:
@@ -103,10 +111,12 @@ class OutboxRelay:
                 if self._batched and len(run) > 1:
                     self.broker.publish_many(run[0].topic, [row.envelope for row in run])
                     sent += len(run)
+                    _report(run)
                     continue
                 for row in run:
                     self.broker.publish(row.topic, row.envelope)
                     sent += 1
+                _report(run)
         except BaseException:
             self._log_failure(sent, len(rows))
             raise
@@ -122,6 +132,7 @@ class OutboxRelay:
             for row in rows:
                 await maybe_await(self.broker.publish(row.topic, row.envelope))
                 sent += 1
+                _report([row])
         except BaseException:
             self._log_failure(sent, len(rows))
             raise

@@ -16,6 +16,7 @@ from typing import Any
 from xsm_celery.eda.envelope import Envelope
 from xsm_celery.engine.redact import REDACTED
 from xsm_celery.errors import EnvelopeError, ReplayRefusedError
+from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns.dead_letter import DeadLetter
 
 __all__ = ["ReplayResult", "replay_dead_letter"]
@@ -148,4 +149,6 @@ def replay_dead_letter(
     if outcome in ("processed", "duplicate"):
         dead_letters.mark_resolved(record_id)
     dead_letters.audit(record_id, "replay", actor=who, reason=reason, outcome=outcome)
+    emit(FactKind.DEAD_LETTER_REPLAYED, source="dispatcher", machine=record.machine_id,
+         record_id=record_id, reason=record.reason, outcome=outcome)  # fmt: skip
     return ReplayResult(record_id, False, outcome, warnings)

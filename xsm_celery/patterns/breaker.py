@@ -346,6 +346,7 @@ class CircuitBreaker:
                 from_state=previous,
                 to_state=leaf,
                 reason=event.lower() if event else "cooldown",
+                scope="process",
             )
         ctx = self._interp.context
         self._quiet = (

@@ -284,6 +284,15 @@ class DeadLetterStore:
         with self._lock:
             return builtins.list(self._records.values())
 
+    def count_by_reason(self, since_wall: float) -> dict[str, int]:
+        """How many records were taken at or after ``since_wall`` (epoch s), per reason."""
+        counts: dict[str, int] = {}
+        with self._lock:
+            for record in self._records.values():
+                if record.taken_at >= since_wall:
+                    counts[record.reason] = counts.get(record.reason, 0) + 1
+        return counts
+
     def mark_resolved(self, record_id: str, resolved_at: float | None = None) -> bool:
         """Mark a record resolved; False when there is no such record."""
         when = self._wall() if resolved_at is None else check_cutoff(resolved_at)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from xsm_celery.engine import DEFAULT_REDACT_KEYS, PluginBase, redact
+from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns.dead_letter import DeadLetter, DeadLetterReason
 from xsm_celery.patterns.error_chain import ERRORS_CONTEXT_KEY, error_entry
 
@@ -193,6 +194,8 @@ class DeadLetterPlugin(PluginBase):
     def _emit(self, record: DeadLetter) -> None:
         try:
             self._put(record)
+            emit(FactKind.DEAD_LETTER_WRITTEN, source="plugin", reason=record.reason,
+                 machine=record.machine_id, stored=True)  # fmt: skip
         except Exception:
             logger.error(
                 "dead-letter sink %r failed; record %s (%s @ %s) was not stored",

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xsm_celery.engine import Machine, SimulatedClock
+from xsm_celery.hooks import FactKind, emit
 from xsm_celery.ids import new_id
 from xsm_celery.persistence.persisted import persisted
 from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, DueTimer
@@ -67,6 +68,15 @@ class MemoryTimerStore:
         with self._lock:
             self._rows[timer.id] = timer
         return timer.id
+
+    def count(self) -> int:
+        """How many timers are stored, due or not."""
+        return len(self)
+
+    def earliest_due_at(self) -> float | None:
+        """The due time of the earliest stored timer (epoch s), or None when there is none."""
+        with self._lock:
+            return min((t.due_at for t in self._rows.values()), default=None)
 
     def due(self, now: float, limit: int = 100) -> list[DueTimer]:
         """Return up to ``limit`` timers due at ``now``, earliest first."""
@@ -222,10 +232,10 @@ class DueTimerScanner:
         claimed: list[DueTimer] = []
         if self.timers is not None:
             claimed = self.timers.claim(when, self.batch, self.owner, self.lease_s)
-            keys = [key for key, _ in _earliest((t.key, t.due_at) for t in claimed)]
+            keys = _earliest((t.key, t.due_at) for t in claimed)
         else:
-            keys = [key for key, _ in self.due_keys(when)]
-        for key in keys:
+            keys = self.due_keys(when)
+        for key, due in keys:
             try:
                 self._wake(key, when)
             except Exception:
@@ -233,6 +243,7 @@ class DueTimerScanner:
                 result.failed.append(key)
                 continue
             result.woken.append(key)
+            emit(FactKind.TIMER_FIRED, purpose="machine", lag_s=max(0.0, when - due))
         if claimed:
             self.timers.release([t.id for t in claimed if t.key in result.failed], self.owner)
         return result

@@ -155,6 +155,16 @@ class SQLAlchemyDeadLetterStore:
         with self._guard("count"), self.engine.connect() as conn:
             return int(conn.execute(query).scalar_one())
 
+    def count_by_reason(self, since_wall: float) -> dict[str, int]:
+        """How many records were taken at or after ``since_wall`` (epoch s), per reason."""
+        query = (
+            sa.select(_T.c.reason, sa.func.count())
+            .where(_T.c.taken_at >= float(since_wall))
+            .group_by(_T.c.reason)
+        )
+        with self._guard("count_by_reason"), self.engine.connect() as conn:
+            return {str(reason): int(n) for reason, n in conn.execute(query)}
+
     def mark_resolved(self, record_id: str, resolved_at: float | None = None) -> bool:
         """Mark a record resolved; False when there is no such record."""
         when = self._wall() if resolved_at is None else check_cutoff(resolved_at)

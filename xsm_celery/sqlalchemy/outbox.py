@@ -237,6 +237,14 @@ class SQLAlchemyOutboxStore:
         with self.db.reading() as conn, self.db.guard("count"):
             return int(conn.execute(query).scalar() or 0)
 
+    def oldest_pending_at(self) -> float | None:
+        """When the oldest unsent row was added (epoch s), or None when none waits."""
+        t = outbox_table
+        query = sa.select(sa.func.min(t.c.created_at)).where(t.c.sent_at.is_(None))
+        with self.db.reading() as conn, self.db.guard("oldest_pending_at"):
+            value = conn.execute(query).scalar()
+        return None if value is None else float(value)
+
 
 def _free(now: float, owner: str) -> sa.ColumnElement[bool]:
     """Rows nobody holds: never leased, lease run out, or leased to ``owner`` already."""

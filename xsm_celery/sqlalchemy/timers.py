@@ -200,6 +200,12 @@ class SQLAlchemyTimerStore:
         with _guard(self.engine, "count"), self.engine.connect() as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(_timers)).scalar_one())
 
+    def earliest_due_at(self) -> float | None:
+        """The due time of the earliest stored timer (epoch s), or None when there is none."""
+        with _guard(self.engine, "earliest_due_at"), self.engine.connect() as conn:
+            value = conn.execute(sa.select(sa.func.min(_timers.c.due_at))).scalar()
+        return None if value is None else float(value)
+
 
 def _limit(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:

@@ -1,0 +1,102 @@
+"""Celery events for retries, dead letters, deferrals and workflow transitions.
+
+Celery's monitors (``celery -A proj events``, Flower) read the event stream the workers
+publish on the broker. ``CeleryEvents`` sends the facts an operator watches there as
+custom event types beside the task events, through an event ``Dispatcher`` of the app
+(one per process, opened on first use, so a pool child never shares its parent's
+connection). Only bounded fields travel (names, ids, reasons, numbers), never arguments.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from xsm_celery.hooks import Fact, FactKind, subscribe
+
+__all__ = ["EVENT_TYPES", "CeleryEvents", "event_fields", "install_events"]
+
+logger = logging.getLogger(__name__)
+
+#: The Celery event type each fact is sent as.
+EVENT_TYPES: dict[FactKind, str] = {
+    FactKind.RETRY_SCHEDULED: "xsm-retry-scheduled",
+    FactKind.GAVE_UP: "xsm-gave-up",
+    FactKind.DEAD_LETTER_WRITTEN: "xsm-dead-letter",
+    FactKind.DEAD_LETTER_REPLAYED: "xsm-replayed",
+    FactKind.LIMIT_DEFERRED: "xsm-deferred",
+    FactKind.WORKFLOW_TRANSITION: "xsm-workflow-transition",
+    FactKind.BREAKER_TRANSITION: "xsm-breaker-transition",
+}
+
+#: Event fields the dispatcher sets itself; a fact's field of that name is left out.
+_RESERVED = frozenset({"type", "hostname", "timestamp", "utcoffset", "pid", "clock", "uuid"})
+_MAX_TEXT = 200
+
+
+def event_fields(fields: Mapping[str, object]) -> dict[str, Any]:
+    """The JSON-safe, bounded part of a fact's fields, as event fields."""
+    out: dict[str, Any] = {}
+    for name, value in fields.items():
+        if name in _RESERVED:
+            continue
+        if isinstance(value, str):
+            out[name] = value[:_MAX_TEXT]
+        elif value is None or isinstance(value, bool | int | float):
+            out[name] = value
+    return out
+
+
+class CeleryEvents:
+    """Send the facts of ``EVENT_TYPES`` as Celery events of ``app``.
+
+    Args:
+        app: The Celery app whose broker carries the events.
+        hostname: The sender's name in monitors (the worker's ``hostname``).
+    """
+
+    def __init__(self, app: Any, hostname: str | None = None) -> None:
+        self.app = app
+        self.hostname = hostname
+        self._lock = threading.Lock()
+        self._dispatcher: Any = None
+        self._pid = 0
+
+    def handle(self, fact: Fact) -> None:
+        """The ``xsm_celery.hooks`` subscriber."""
+        event_type = EVENT_TYPES.get(fact.kind)
+        if event_type is None:
+            return
+        fields = event_fields(fact.fields)
+        task_id = fact.fields.get("task_id")
+        with self._lock:
+            dispatcher = self._open()
+            dispatcher.send(event_type, uuid=task_id if isinstance(task_id, str) else None,
+                            **fields)  # fmt: skip
+
+    def _open(self) -> Any:
+        if self._dispatcher is None or self._pid != os.getpid():
+            connection = self.app.connection_for_write()
+            self._dispatcher = self.app.events.Dispatcher(
+                connection, hostname=self.hostname, enabled=True
+            )
+            self._pid = os.getpid()
+        return self._dispatcher
+
+    def close(self) -> None:
+        """Close the dispatcher and its connection."""
+        with self._lock:
+            dispatcher, self._dispatcher = self._dispatcher, None
+        if dispatcher is not None:
+            dispatcher.close()
+            dispatcher.connection.release()
+
+
+def install_events(app: Any, hostname: str | None = None) -> CeleryEvents:
+    """Create the Celery-events subscriber for ``app`` and subscribe it; return it."""
+    events = CeleryEvents(app, hostname)
+    subscribe(events.handle)
+    return events
