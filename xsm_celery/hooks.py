@@ -55,6 +55,10 @@ class FactKind(enum.Enum):
     LIMIT_ADMITTED = "limit_admitted"
     LIMIT_DEFERRED = "limit_deferred"
     BACKEND_UNAVAILABLE = "backend_unavailable"
+    #: A store refused a value (too long, over the snapshot cap): counted, dead-lettered.
+    STORE_REFUSED = "store_refused"
+    #: The dead-letter store was down at give-up; the record waits in the local spool.
+    DEAD_LETTER_SPOOLED = "dead_letter_spooled"
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,10 @@ class DeadLetterReason(str, enum.Enum):
     WORKER_LOST = "worker_lost"
     INSTANCE_DONE = "instance_done"
     IDEMPOTENCY_MISMATCH = "idempotency_mismatch"
+    #: A store refused a value the envelope carried (too long, over the snapshot cap).
+    STORE_REFUSED = "store_refused"
+    #: A chart task's attempt was killed by Celery's hard ``time_limit``, every attempt.
+    TIME_LIMIT = "time_limit"
 
 
 def _reason_value(value: str | DeadLetterReason) -> str:
