@@ -16,8 +16,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from xsm_celery.celery.spool import DEFAULT_SPOOL_DIR, DeadLetterSpool, dead_letter_id
 from xsm_celery.engine import redact
-from xsm_celery.errors import WorkerLost
+from xsm_celery.errors import TimeLimitKilled, WorkerLost
+from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns import ERRORS_CONTEXT_KEY, DeadLetter, DeadLetterReason
 
 __all__ = ["DeadLetterWriter", "TaskFailure", "redact_arguments"]
@@ -80,6 +82,7 @@ class DeadLetterWriter:
         signature: The task function's signature, to name positional arguments.
         redact_keys: The key denylist (the engine's default plus the app's extra keys).
         wall: Epoch-seconds clock for ``taken_at``.
+        spool: Where records wait while the store is down (``DEFAULT_SPOOL_DIR``).
     """
 
     def __init__(
@@ -88,8 +91,10 @@ class DeadLetterWriter:
         signature: inspect.Signature | None,
         redact_keys: Iterable[str] | None,
         wall: Callable[[], float] = time.time,
+        spool: DeadLetterSpool | None = None,
     ) -> None:
         self._open_store = open_store
+        self._spool = spool if spool is not None else DeadLetterSpool(DEFAULT_SPOOL_DIR)
         self._signature = signature
         self._keys = None if redact_keys is None else tuple(redact_keys)
         self._wall = wall
@@ -100,11 +105,13 @@ class DeadLetterWriter:
         context = snapshot.get("context") if isinstance(snapshot.get("context"), dict) else {}
         chain = context.pop(ERRORS_CONTEXT_KEY, None)
         args, kwargs = redact_arguments(self._signature, failure.args, failure.kwargs, self._keys)
+        attempts = _attempts(context)
         return DeadLetter(
+            id=dead_letter_id(failure.task_id, attempts),
             machine_id=failure.machine_id,
             state_id=failure.state_id,
             event={"type": failure.event_type, "payload": {}},
-            attempts=_attempts(context),
+            attempts=attempts,
             errors=[dict(e) for e in chain] if isinstance(chain, list) else [],
             snapshot=_redact(snapshot, self._keys),
             taken_at=self._wall(),
@@ -119,22 +126,51 @@ class DeadLetterWriter:
         )
 
     def write(self, failure: TaskFailure) -> DeadLetter:
-        """Build and store the record; if the store fails, log the whole record instead.
+        """Build the record, keep it in the spool, then write it to the store.
 
-        The task still ends in ``FAILURE`` either way: a store outage must not turn a
-        dead letter into an endless loop, and the logged JSON can be put back by hand.
+        The task still ends in ``FAILURE`` when the store is down: the record waits in the
+        spool (on local disk, never only in a log) and is written by the next give-up that
+        reaches the store, or by ``xsm-celery dlq flush-spool``.
         """
         record = self.build(failure)
+        self._spool.keep(record)
         try:
-            self._open_store().put(record)
+            store = self._open_store()
+            self._spool.write_through(store, record)
         except Exception:
-            logger.exception(
-                "dead-letter store failed; task %s[%s] record kept only in this log: %s",
-                failure.task_name,
-                failure.task_id,
-                record.to_json(),
-            )
+            logger.warning(
+                "dead-letter store failed; the dead letter %s of task %s[%s] is kept in the "
+                "spool %s and written when the store is back",
+                record.id, failure.task_name, failure.task_id, self._spool.directory,
+                exc_info=True,
+            )  # fmt: skip
+            emit(FactKind.DEAD_LETTER_SPOOLED, task=failure.task_name, reason=record.reason)
+            return record
+        emit(FactKind.DEAD_LETTER_WRITTEN, task=failure.task_name, reason=record.reason)
+        self._spool.flush(store)
         return record
+
+    def resume(self, task_id: str, attempts: int) -> str | None:
+        """The id of the dead letter a killed run of ``task_id`` wrote at ``attempts``, if any.
+
+        A worker killed during the write leaves the record in the spool (it is written now,
+        with the real error chain) or a tombstone saying it was written; either way the
+        redelivered message must not run the chart again, which would record ``WorkerLost``
+        in place of the real error. Only the local spool is read, so a lost attempt that did
+        not give up costs no store connection.
+        """
+        record_id = dead_letter_id(task_id, attempts)
+        if self._spool.written(record_id):
+            return record_id
+        spooled = self._spool.get(record_id)
+        if spooled is None:
+            return None
+        try:
+            self._spool.write_through(self._open_store(), spooled)
+        except Exception:
+            logger.warning("dead-letter store failed; dead letter %s stays in the spool %s",
+                           record_id, self._spool.directory, exc_info=True)  # fmt: skip
+        return record_id
 
 
 def _attempts(context: Mapping[str, Any]) -> int | None:
@@ -143,6 +179,8 @@ def _attempts(context: Mapping[str, Any]) -> int | None:
 
 
 def _reason(failure: TaskFailure) -> DeadLetterReason:
+    if isinstance(failure.error, TimeLimitKilled):
+        return DeadLetterReason.TIME_LIMIT
     if isinstance(failure.error, WorkerLost):
         return DeadLetterReason.WORKER_LOST
     if not failure.retryable:

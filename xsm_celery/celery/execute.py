@@ -25,9 +25,11 @@ from celery.exceptions import Retry
 from xsm_celery.celery.attempt import Outcome, Run, run_chart
 from xsm_celery.celery.dead_letters import DeadLetterWriter, TaskFailure
 from xsm_celery.celery.settings import XsmSettings
+from xsm_celery.celery.spool import DeadLetterSpool
 from xsm_celery.celery.stores import stores_for
+from xsm_celery.celery.time_limits import lost_attempt_error
 from xsm_celery.celery.timers import schedule_retry
-from xsm_celery.errors import TaskGaveUp, WorkerLost
+from xsm_celery.errors import TaskGaveUp
 from xsm_celery.patterns import RetryPolicy
 
 __all__ = ["HEADER", "Bound", "execute"]
@@ -53,8 +55,9 @@ class Bound:
     def writer(self) -> DeadLetterWriter:
         """Writes this task's dead letters to the app's store (opened on first use)."""
         return DeadLetterWriter(
-            lambda: stores_for(self.app).dead_letters(), self.signature, self.redact_keys
-        )
+            lambda: stores_for(self.app).dead_letters(), self.signature, self.redact_keys,
+            spool=DeadLetterSpool(self.settings.dead_letter_spool),
+        )  # fmt: skip
 
 
 def execute(task: Any, bound: Bound, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -67,6 +70,8 @@ def execute(task: Any, bound: Bound, args: Sequence[Any], kwargs: Mapping[str, A
         run.mark = functools.partial(markers.mark, request.id)
         if (request.delivery_info or {}).get("redelivered"):
             run.lost = _lost_attempt(task, markers, snapshot)
+            if run.lost is not None:
+                _finish_interrupted_give_up(task, bound, snapshot)
     outcome = run_chart(bound.machine, snapshot, run)
     if outcome.kind == "done":
         return run.result
@@ -98,10 +103,17 @@ def _lost_attempt(task: Any, markers: Any, snapshot: str | None) -> BaseExceptio
         return None
     if started is None or int(started) < attempt:
         return None
-    return WorkerLost(
-        f"the worker running attempt {attempt} of {task.name}[{task.request.id}] died "
-        "before finishing it; the broker redelivered the message"
-    )
+    return lost_attempt_error(markers, str(task.name), str(task.request.id), attempt)
+
+
+def _finish_interrupted_give_up(task: Any, bound: Bound, snapshot: str | None) -> None:
+    """End the task if the lost attempt had given up and was writing its dead letter."""
+    record_id = bound.writer.resume(str(task.request.id), _attempt_in(snapshot) + 1)
+    if record_id is not None:
+        raise TaskGaveUp(
+            f"task {task.name}[{task.request.id}] gave up before its worker died; its dead "
+            f"letter {record_id} is written"
+        )
 
 
 def _attempt_in(snapshot: str | None) -> int:

@@ -176,4 +176,5 @@ FIELD_CHECKS: Mapping[str, Callable[[str, Any], Any]] = {
     "attempt_markers": lambda k, v: store(k, v, "markers"),
     "marker_ttl_s": lambda k, v: seconds(k, v, high=MAX_MARKER_TTL_S),
     "redact_keys": names,
+    "dead_letter_spool": text,
 }

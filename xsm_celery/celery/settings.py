@@ -21,6 +21,7 @@ from xsm_celery.celery.setting_checks import (
     check_countdown_against_broker,
     check_markers_mode,
 )
+from xsm_celery.celery.spool import DEFAULT_SPOOL_DIR
 from xsm_celery.checks import unknown_name_message
 from xsm_celery.errors import ConfigurationError
 
@@ -84,6 +85,9 @@ class XsmSettings:
     marker_ttl_s: float = DEFAULT_MARKER_TTL_S
     #: ``xsm_redact_keys``: extra context/argument keys masked in dead letters.
     redact_keys: tuple[str, ...] = ()
+    #: ``xsm_dead_letter_spool``: the directory where dead letters wait while the store is
+    #: down (or while a killed write is finished by the redelivery).
+    dead_letter_spool: str = DEFAULT_SPOOL_DIR
 
 
 _FIELDS = {f"{_PREFIX}{name}" for name in XsmSettings.__dataclass_fields__}
