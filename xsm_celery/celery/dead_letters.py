@@ -13,10 +13,11 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from xsm_celery.celery.spool import DEFAULT_SPOOL_DIR, DeadLetterSpool, dead_letter_id
+from xsm_celery.celery.workflow import WORKFLOW_KEY
 from xsm_celery.engine import redact
 from xsm_celery.errors import TimeLimitKilled, WorkerLost
 from xsm_celery.hooks import FactKind, emit
@@ -44,6 +45,8 @@ class TaskFailure:
     snapshot: Mapping[str, Any]
     error: BaseException | None
     retryable: bool
+    #: The chain, callbacks and chord the task was part of (``workflow.workflow_of``).
+    workflow: Mapping[str, Any] = field(default_factory=dict)
 
 
 def redact_arguments(
@@ -110,7 +113,7 @@ class DeadLetterWriter:
             id=dead_letter_id(failure.task_id, attempts),
             machine_id=failure.machine_id,
             state_id=failure.state_id,
-            event={"type": failure.event_type, "payload": {}},
+            event={"type": failure.event_type, "payload": _workflow_payload(failure, self._keys)},
             attempts=attempts,
             errors=[dict(e) for e in chain] if isinstance(chain, list) else [],
             snapshot=_redact(snapshot, self._keys),
@@ -171,6 +174,14 @@ class DeadLetterWriter:
             logger.warning("dead-letter store failed; dead letter %s stays in the spool %s",
                            record_id, self._spool.directory, exc_info=True)  # fmt: skip
         return record_id
+
+
+def _workflow_payload(failure: TaskFailure, keys: Iterable[str] | None) -> dict[str, Any]:
+    """The task's workflow, redacted by key like its arguments, under ``WORKFLOW_KEY``."""
+    if not failure.workflow:
+        return {}
+    plain = json.loads(json.dumps(dict(failure.workflow), default=str))
+    return {WORKFLOW_KEY: _redact(plain, keys)}
 
 
 def _attempts(context: Mapping[str, Any]) -> int | None:

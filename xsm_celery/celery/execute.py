@@ -29,6 +29,7 @@ from xsm_celery.celery.spool import DeadLetterSpool
 from xsm_celery.celery.stores import stores_for
 from xsm_celery.celery.time_limits import lost_attempt_error
 from xsm_celery.celery.timers import schedule_retry
+from xsm_celery.celery.workflow import workflow_of
 from xsm_celery.errors import TaskGaveUp
 from xsm_celery.patterns import RetryPolicy
 
@@ -146,6 +147,7 @@ def _give_up(
             snapshot=json.loads(outcome.interpreter.get_snapshot()),
             error=error,
             retryable=error is None or bound.policy.should_retry(error),
+            workflow=workflow_of(task.request),
         )
     )
     if error is None:
