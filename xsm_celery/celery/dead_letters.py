@@ -16,12 +16,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from xsm_celery.celery.secrets import mask_exception, task_secrets
 from xsm_celery.celery.spool import DEFAULT_SPOOL_DIR, DeadLetterSpool, dead_letter_id
 from xsm_celery.celery.workflow import WORKFLOW_KEY
 from xsm_celery.engine import redact
+from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS, secret_values
 from xsm_celery.errors import TimeLimitKilled, WorkerLost
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns import ERRORS_CONTEXT_KEY, DeadLetter, DeadLetterReason
+from xsm_celery.patterns.dead_letter_redaction import mask_errors
 
 __all__ = ["DeadLetterWriter", "TaskFailure", "redact_arguments"]
 
@@ -108,6 +111,9 @@ class DeadLetterWriter:
         context = snapshot.get("context") if isinstance(snapshot.get("context"), dict) else {}
         chain = context.pop(ERRORS_CONTEXT_KEY, None)
         args, kwargs = redact_arguments(self._signature, failure.args, failure.kwargs, self._keys)
+        keys = self._keys or DEFAULT_REDACT_KEYS
+        secrets = (*self.secrets(failure.args, failure.kwargs), *secret_values(snapshot, keys))
+        errors = [dict(e) for e in chain] if isinstance(chain, list) else []
         attempts = _attempts(context)
         return DeadLetter(
             id=dead_letter_id(failure.task_id, attempts),
@@ -115,7 +121,7 @@ class DeadLetterWriter:
             state_id=failure.state_id,
             event={"type": failure.event_type, "payload": _workflow_payload(failure, self._keys)},
             attempts=attempts,
-            errors=[dict(e) for e in chain] if isinstance(chain, list) else [],
+            errors=mask_errors(errors, secrets),
             snapshot=_redact(snapshot, self._keys),
             taken_at=self._wall(),
             reason=_reason(failure).value,
@@ -128,6 +134,10 @@ class DeadLetterWriter:
             hostname=failure.hostname,
         )
 
+    def secrets(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[str, ...]:
+        """The values of this call's redacted arguments, to mask wherever text carries them."""
+        return task_secrets(self._signature, args, kwargs, self._keys)
+
     def write(self, failure: TaskFailure) -> DeadLetter:
         """Build the record, keep it in the spool, then write it to the store.
 
@@ -136,6 +146,7 @@ class DeadLetterWriter:
         reaches the store, or by ``xsm-celery dlq flush-spool``.
         """
         record = self.build(failure)
+        mask_exception(failure.error, self.secrets(failure.args, failure.kwargs))
         self._spool.keep(record)
         try:
             store = self._open_store()

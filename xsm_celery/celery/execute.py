@@ -24,6 +24,7 @@ from celery.exceptions import Retry
 
 from xsm_celery.celery.attempt import Outcome, Run, run_chart
 from xsm_celery.celery.dead_letters import DeadLetterWriter, TaskFailure
+from xsm_celery.celery.secrets import mask_exception, mask_header
 from xsm_celery.celery.settings import XsmSettings
 from xsm_celery.celery.spool import DeadLetterSpool
 from xsm_celery.celery.stores import stores_for
@@ -170,8 +171,10 @@ def _retry(
 ) -> BaseException:
     assert outcome.delay_ms is not None
     delay_s = outcome.delay_ms / 1000.0
-    headers = {HEADER: outcome.interpreter.get_snapshot()}
+    secrets = bound.writer.secrets(args, kwargs)
+    headers = {HEADER: mask_header(outcome.interpreter.get_snapshot(), secrets)}
     error = outcome.run.error
+    mask_exception(error, secrets)
     if delay_s <= bound.settings.timer_countdown_max_s:
         result: BaseException = task.retry(countdown=delay_s, exc=error, headers=headers)
         return result

@@ -21,6 +21,7 @@ from xsm_celery.eda.dead_letter import redact_record
 from xsm_celery.eda.envelope import Envelope, EnvelopeCorruptError, EnvelopeTooLargeError
 from xsm_celery.eda.outbox import attach_cause
 from xsm_celery.engine import Event, Machine, Receipt
+from xsm_celery.engine.redact import mask_text, secret_values
 from xsm_celery.errors import (
     ConflictError,
     LockTimeoutError,
@@ -241,9 +242,14 @@ class Handling:
             return self._dead_letter(DeadLetterReason.MAX_ATTEMPTS.value, exc, attempts=attempts)
         logger.warning(
             "envelope %s failed (attempt %d of %d), requeued: %s",
-            self.env.id, attempts, self.d.max_attempts, exc,
+            self.env.id, attempts, self.d.max_attempts, self._masked(exc),
         )  # fmt: skip
         return Outcome.RETRY
+
+    def _masked(self, exc: BaseException) -> str:
+        """The error's message for a log line, with the envelope's secret values masked."""
+        data = self.env.data if self.env is not None else None
+        return mask_text(str(exc), secret_values(data))
 
     def _refused(self, exc: StoreError) -> Outcome:
         """A store refused what this envelope carries: it would be refused again, so give up.
@@ -295,7 +301,8 @@ class Handling:
             self.d.forget(self.env.id)
         emit(FactKind.DEAD_LETTER_WRITTEN, source="dispatcher", reason=reason)
         level = logging.WARNING if corrupt else logging.ERROR
-        logger.log(level, "envelope %s dead-lettered (%s): %s", self.env_id, reason, exc)
+        logger.log(level, "envelope %s dead-lettered (%s): %s", self.env_id, reason,
+                   self._masked(exc))  # fmt: skip
         return Outcome.DEAD_LETTERED
 
 
