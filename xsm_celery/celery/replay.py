@@ -120,6 +120,7 @@ def _redacted_paths(value: Any, path: str) -> list[str]:
 
 
 def _warnings(app: Any, record: Any) -> list[str]:
+    _import_task_modules(app)
     task = app.tasks.get(record.task_name) if record.task_name else None
     if task is None:
         return [f"task {record.task_name!r} is not registered in this app; a worker must know it"]
@@ -128,6 +129,17 @@ def _warnings(app: Any, record: Any) -> list[str]:
     if current is not None and record.machine_hash and current != record.machine_hash:
         return ["the task's retry chart changed since it failed; the replay runs the new one"]
     return []
+
+
+def _import_task_modules(app: Any) -> None:
+    """Import the modules a worker imports at start (``autodiscover_tasks``, ``imports``).
+
+    Outside a worker nobody has, so an autodiscovered task would look unregistered.
+    """
+    try:
+        app.loader.import_default_modules()
+    except Exception:  # a project module that fails here fails in the worker too
+        return
 
 
 def _login() -> str:
