@@ -96,11 +96,11 @@ def test_a_real_replay_needs_yes_and_a_reason(app: Any) -> None:
 
 
 def test_a_refused_replay_exits_2(app: Any) -> None:
-    """A changed chart without --force is refused with exit code 2."""
-    record = task_record(app, machine_hash="ffffffffffffffff")
+    """A replay that cannot reproduce the call (redacted arguments) is refused with exit 2."""
+    record = task_record(app, task_kwargs={"card_token": "***"})
     error = refused("xsm_dlq", "replay", record.id, "--no-dry-run", "--yes", "--reason", "x!x")
     assert error.returncode == 2
-    assert "chart changed" in str(error)
+    assert "redacted arguments" in str(error)
 
 
 def test_resolve_and_purge_by_id(app: Any) -> None:
