@@ -72,7 +72,7 @@ def test_an_install_line_gives_a_worker_that_starts(
     log = tmp_path / "worker.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [str(celery), "-A", "installproj", "worker", "-P", "solo", "-Q", queue,
+            [str(celery), "-A", "installproj", "worker", "-P", "solo", "-Q", queue, "-l", "INFO",
              "-n", f"{queue}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"],
             cwd=tmp_path, env=env, stdout=out, stderr=out,
         )  # fmt: skip
