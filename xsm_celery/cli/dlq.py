@@ -23,6 +23,7 @@ from xsm_celery.cli.render import dead_letter_detail, dead_letters_table, make_c
 from xsm_celery.cli.replay import ReplayOptions, ReplayReport, replay_record
 from xsm_celery.cli.target import DlqTarget
 from xsm_celery.errors import XsmError
+from xsm_celery.patterns.dead_letter import purge_resolved_older_than
 
 __all__ = ["dlq", "parse_age"]
 
@@ -232,7 +233,7 @@ def purge(ctx: click.Context, *, older_than: str | None, record_id: str | None, 
             deleted = int(_call(store.purge_older_than, cutoff))
             which = ""
         else:
-            deleted = _purge_resolved(store, cutoff)
+            deleted = int(_call(purge_resolved_older_than, store, cutoff))
             which = " resolved"
         outcome = f"deleted {deleted}{which} record(s) older than {older_than}"
         _audit(store, PURGE_ALL, "purge", actor=actor, reason=why, outcome=outcome)
@@ -246,17 +247,6 @@ def purge(ctx: click.Context, *, older_than: str | None, record_id: str | None, 
         _echo_json({"deleted": deleted})
     else:
         click.echo(f"purged {deleted} dead letter(s)")
-
-
-def _purge_resolved(store: Any, cutoff: float) -> int:
-    """Delete the resolved records taken before ``cutoff``; unresolved ones are kept.
-
-    An unresolved record is work nobody has looked at yet: deleting it by age alone would
-    lose it, so that takes ``--include-unresolved``.
-    """
-    records = _call(store.list, limit=MAX_LIST_LIMIT, include_resolved=True)
-    old = [r.id for r in records if r.resolved_at is not None and r.taken_at < cutoff]
-    return sum(1 for record_id in old if _call(store.delete, record_id))
 
 
 def _audit(store: Any, record_id: str, action: str, *, actor: str | None, reason: str,
