@@ -15,6 +15,7 @@ uses) to catch everything the library raises on purpose. The tree::
         - NotSupportedError
         - InvalidEventError (also a TypeError): send() got something that is not an event
         - WorkerLost: a task delivery whose worker died mid-attempt
+          - TimeLimitKilled: ... killed by Celery's hard time_limit
         - TaskGaveUp: a task chart reached its dead-letter state without an error
         - SnapshotError: a snapshot that cannot be restored
           - SnapshotCorruptError
@@ -83,6 +84,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailableError",
     "TaskGaveUp",
+    "TimeLimitKilled",
     "WorkerLost",
     "XStateMachineError",
     "XsmError",
@@ -196,6 +198,14 @@ class WorkerLost(ExecutionError):
 
     It is never raised to user code: the chart task feeds it to the retry chart as the
     failure of the attempt that was lost, so it appears in the dead letter's error chain.
+    """
+
+
+class TimeLimitKilled(WorkerLost):
+    """Recorded when a task's attempt was killed by Celery's hard ``time_limit``.
+
+    It is a ``WorkerLost`` (the policy retries it the same way), with a reason of its own in
+    the dead letter (``time_limit``), so a task that is simply too slow is told apart.
     """
 
 

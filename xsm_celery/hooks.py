@@ -69,6 +69,10 @@ class FactKind(enum.Enum):
     #: (or envelope extensions), the one field a subscriber may write to: a tracer adds
     #: the W3C ``traceparent`` of the current span, so the receiver continues the trace.
     OUTBOUND = "outbound"
+    #: A store refused a value (too long, over the snapshot cap): counted, dead-lettered.
+    STORE_REFUSED = "store_refused"
+    #: The dead-letter store was down at give-up; the record waits in the local spool.
+    DEAD_LETTER_SPOOLED = "dead_letter_spooled"
 
 
 @dataclass(frozen=True, slots=True)

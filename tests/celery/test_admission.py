@@ -13,6 +13,7 @@ import logging
 import socket
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -268,9 +269,15 @@ def test_bad_options_are_refused_when_the_task_is_defined(
     assert message in str(raised.value)
 
 
-def test_fleet_options_without_a_redis_are_refused(make_app: Callable[..., Celery]) -> None:
+def test_fleet_options_without_a_redis_are_refused(
+    make_app: Callable[..., Celery], tmp_path: Path
+) -> None:
     """An AMQP broker and no xsm_redis_url: the error says to set xsm_redis_url."""
-    app = make_app(xsm_redis_url=None, broker_url="amqp://guest@127.0.0.1//")
+    app = make_app(
+        xsm_redis_url=None,
+        broker_url="amqp://guest@127.0.0.1//",
+        xsm_attempt_markers=f"sqlite:///{tmp_path / 'markers.db'}",
+    )
     with pytest.raises(ConfigurationError, match="xsm_redis_url"):
         define(app, fleet_concurrency=3)
 

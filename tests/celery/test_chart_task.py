@@ -212,26 +212,33 @@ def test_a_direct_call_runs_the_plain_function(app: Celery) -> None:
     assert store_of(app).all() == []
 
 
-def test_a_failing_store_logs_the_record_and_still_fails_the_task(
-    app: Celery, caplog: pytest.LogCaptureFixture
+def test_a_failing_store_spools_the_record_and_still_fails_the_task(
+    app: Celery, caplog: pytest.LogCaptureFixture, tmp_path: Any
 ) -> None:
-    """If the dead-letter store raises, the whole record is logged and the task is FAILURE."""
+    """If the dead-letter store raises, the record waits in the spool and the task is FAILURE."""
+    from xsm_celery.celery.spool import DeadLetterSpool
 
     class Down:
         def put(self, record: DeadLetter) -> str:
             raise OSError("database is down")
 
     app.conf.xsm_dead_letter_store = Down()
+    app.conf.xsm_dead_letter_spool = str(tmp_path / "spool")
 
     @app.task(shared=False, base=ChartTask, retry_policy=RetryPolicy(max_attempts=1))
     def once() -> None:
         raise ConnectionError("nope")
 
-    with caplog.at_level(logging.ERROR, logger="xsm_celery.celery.dead_letters"):
+    with caplog.at_level(logging.WARNING, logger="xsm_celery.celery.dead_letters"):
         result = once.apply()
     assert result.state == "FAILURE"
     assert result.id in caplog.text
-    assert '"reason": "task_exhausted"' in caplog.text
+    spool = DeadLetterSpool(tmp_path / "spool")
+    (record_id,) = list(spool.ids())
+    record = spool.get(record_id)
+    assert record is not None
+    assert record.task_id == result.id
+    assert record.reason == "task_exhausted"
 
 
 def test_a_chart_that_gives_up_without_an_error_fails_with_task_gave_up(app: Celery) -> None:

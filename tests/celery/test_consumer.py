@@ -55,8 +55,9 @@ def apps() -> Iterator[list[Celery]]:
                     client.delete(*keys)
 
 
-def _app(broker_url: str, apps: list[Celery]) -> Celery:
+def _app(broker_url: str, apps: list[Celery], dlq_url: str = "memory://consumer-tests") -> Celery:
     app = Celery(f"consumer-tests-{new_id()}", broker=broker_url, set_as_current=False)
+    app.conf.xsm_dead_letter_store = dlq_url
     app.conf.task_default_queue = f"consumer-tasks-{new_id()}"
     app.conf.broker_connection_retry_on_startup = True
     apps.append(app)
@@ -98,7 +99,7 @@ def test_step_dispatches_envelopes_beside_ordinary_tasks(
         built.append(InboundDispatcher(store, {STEP_TYPE: recorder()}, inbox=MemoryInbox()))
         return built[-1]
 
-    step = install_dispatcher(app, factory, topic, partitions=2)
+    step = install_dispatcher(app, factory, topic, partitions=2, allow_memory_dead_letters=True)
     assert issubclass(step, DispatcherStep)
     with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
         _publish(broker_url, topic, [_step(f"acct-{n % 3}", n) for n in range(30)], partitions=2)
@@ -129,7 +130,7 @@ def test_failing_delivery_is_retried_by_the_timer_then_dead_lettered(
             MemoryStore(), {STEP_TYPE: poison(calls)}, max_attempts=3, dead_letters=dlq
         )
 
-    install_dispatcher(app, factory, topic, retry_s=0.2)
+    install_dispatcher(app, factory, topic, retry_s=0.2, allow_memory_dead_letters=True)
     with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
         _publish(broker_url, topic, [_step("acct-1", 1)])
         _wait(lambda: bool(dlq.list()))
@@ -152,8 +153,9 @@ def test_corrupt_body_is_dead_lettered_by_the_dispatcher(
     dlq = MemoryDeadLetterStore()
     store = MemoryStore()
     install_dispatcher(
-        app, lambda: InboundDispatcher(store, {STEP_TYPE: recorder()}, dead_letters=dlq), topic
-    )
+        app, lambda: InboundDispatcher(store, {STEP_TYPE: recorder()}, dead_letters=dlq), topic,
+        allow_memory_dead_letters=True,
+    )  # fmt: skip
     with KombuBrokerAdapter(broker_url) as setup:
         setup.declare(topic)
     with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
@@ -174,3 +176,40 @@ def test_install_dispatcher_refuses_bad_arguments() -> None:
         install_dispatcher(app, lambda: None, [])
     with pytest.raises(ValueError, match="retry_s"):
         install_dispatcher(app, lambda: None, "t", retry_s=0)
+
+
+def test_a_dispatcher_without_a_store_dead_letters_into_the_apps_store(
+    broker_url: str, topic: str, apps: list[Celery], tmp_path: Any
+) -> None:
+    """The step hands a dispatcher built without ``dead_letters=`` the app's configured store."""
+    from xsm_celery.sqlalchemy import open_dead_letter_store
+
+    url = f"sqlite:///{tmp_path / 'dlq.db'}"
+    app = _app(broker_url, apps, dlq_url=url)
+    calls: list[int] = []
+    install_dispatcher(
+        app, lambda: InboundDispatcher(MemoryStore(), {STEP_TYPE: poison(calls)}, max_attempts=1),
+        topic, retry_s=0.2,
+    )  # fmt: skip
+    store = open_dead_letter_store(url)
+    with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
+        _publish(broker_url, topic, [_step("acct-1", 1)])
+        _wait(lambda: bool(store.list()))
+    assert [r.reason for r in store.list()] == ["max_attempts"]
+
+
+def test_a_memory_store_is_refused_in_a_worker_unless_asked_for() -> None:
+    """A memory store (given or configured) is refused unless explicitly allowed."""
+    from xsm_celery.celery.consumer_dead_letters import adopt_app_dead_letters
+    from xsm_celery.errors import ConfigurationError
+
+    app = Celery("consumer-memory", set_as_current=False)
+    app.conf.xsm_dead_letter_store = "memory://consumer-memory"
+    defaulted = InboundDispatcher(MemoryStore(), {STEP_TYPE: recorder()})
+    with pytest.raises(ConfigurationError, match="allow_memory_dead_letters=True"):
+        adopt_app_dead_letters(defaulted, app, allow_memory=False)
+    given = InboundDispatcher(MemoryStore(), {STEP_TYPE: recorder()},
+                              dead_letters=MemoryDeadLetterStore())  # fmt: skip
+    with pytest.raises(ConfigurationError, match="neither the admin nor the CLI"):
+        adopt_app_dead_letters(given, app, allow_memory=False)
+    assert adopt_app_dead_letters(given, app, allow_memory=True) is given.dead_letters

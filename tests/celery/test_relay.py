@@ -44,7 +44,7 @@ def test_beat_schedule_points_at_the_registered_task() -> None:
     """Xsm.beat_schedule(relay_every=...) names the task this module registers."""
     app = _app()
     entry = Xsm(app).beat_schedule(relay_every=5)["xsm-relay-outbox"]
-    assert entry == {"task": RELAY_OUTBOX_TASK, "schedule": 5.0}
+    assert entry == {"task": RELAY_OUTBOX_TASK, "schedule": 5.0, "options": {"expires": 5.0}}
     assert RELAY_OUTBOX_TASK in app.tasks
     assert relay_outbox.name == RELAY_OUTBOX_TASK
 

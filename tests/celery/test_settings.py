@@ -36,7 +36,9 @@ def test_defaults_work_with_no_settings() -> None:
 
 def test_values_are_read_and_converted() -> None:
     """Numbers given as strings are parsed; store objects are kept as they are."""
-    store = object()
+    from xsm_celery.patterns import DeadLetterStore
+
+    store = DeadLetterStore()
     settings = read_settings(
         app_with(
             xsm_dead_letter_store=store,

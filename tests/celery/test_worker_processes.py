@@ -84,7 +84,7 @@ def test_exhaustion_dead_letters_and_fails_with_the_last_error(
     assert record.task_kwargs == {"card_token": "***"}
     assert record.state_id == "task.deadLettered"
     assert record.hostname
-    assert record.hostname.startswith("w1@")
+    assert record.hostname.startswith(f"w1.{cluster.queue}@")
     assert record.machine_hash
     assert record.snapshot["state_ids"] == ["task.deadLettered"]
     assert len(retries(results_redis, result.id)) == 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -176,3 +177,13 @@ def guarded(tag: str) -> str:
     except ConnectionError:
         return "failed"
     return "ok"
+
+
+@xsm.task(
+    shared=False, time_limit=2, retry_policy=RetryPolicy(max_attempts=2, base_ms=20, jitter="none")
+)
+def overruns(tag: str, times: int) -> str:
+    """Sleep past the 2 s hard time limit on the first ``times`` calls, then return at once."""
+    if _count(tag) <= times:
+        time.sleep(30)
+    return f"in-time:{tag}"

@@ -70,7 +70,7 @@ class Cluster:
         """A worker on this cluster's queue; returns once it answers a ping."""
         log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - lives with the process
         args = [sys.executable, "-m", "celery", "-A", APP, "worker", "-P", pool, "-c", "1",
-                "-n", f"{name}@%h", "-Q", self.queue, "-l", "INFO",
+                "-n", f"{name}.{self.queue}@%h", "-Q", self.queue, "-l", "INFO",
                 "--without-gossip", "--without-mingle", "--without-heartbeat"]  # fmt: skip
         proc = subprocess.Popen(args, cwd=self.workdir, env=self.env(), stdout=log, stderr=log)
         self.procs.append(proc)

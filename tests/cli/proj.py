@@ -8,14 +8,18 @@ through it fails at once.
 from __future__ import annotations
 
 import os
+import tempfile
 
 from celery import Celery
 
 from xsm_celery.celery import ChartTask
 from xsm_celery.patterns import RetryPolicy
 
-#: The dead-letter store the apps are configured with; subprocess tests set a file URL.
-STORE_URL = os.environ.get("XSM_TEST_DLQ", "memory://cli-tests")
+#: The dead-letter store the apps are configured with: a file, because the CLI refuses a
+#: memory store (another process could not read it); subprocess tests set their own URL.
+STORE_URL = os.environ.get(
+    "XSM_TEST_DLQ", f"sqlite:///{tempfile.gettempdir()}/xsm-cli-tests-{os.getpid()}.db"
+)
 
 #: The name of the task the records in these tests were written by.
 TASK_NAME = "cli_tests.charge"

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from celery.bin.celery import celery as celery_main
@@ -29,15 +30,20 @@ def run_celery(*args: str) -> Result:
 
 @pytest.fixture
 def configured() -> Iterator[DeadLetter]:
-    """One replayable task record in the store the app is configured with (memory://)."""
+    """One replayable task record in the store the app is configured with (a SQLite file)."""
     store = open_dead_letter_store(proj.STORE_URL)
-    store.clear()
+    _empty(store)
     drain()
     record = make_record(task_name=proj.TASK_NAME, task_args=[7], task_kwargs={"amount": 1.0})
     store.put(record)
     yield record
-    store.clear()
+    _empty(store)
     drain()
+
+
+def _empty(store: Any) -> None:
+    for old in store.list(include_resolved=True, limit=10_000):
+        store.delete(old.id)
 
 
 def test_the_plugin_is_a_celery_sub_command() -> None:

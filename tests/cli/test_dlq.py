@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -182,9 +183,10 @@ class TestPurge:
     """dlq purge."""
 
     def test_purges_only_older_records_and_audits(self, invoke: Invoke, seeded: Seeded) -> None:
-        """--older-than 30d deletes the 90-day-old record, keeps the rest, writes an audit row."""
+        """--older-than 30d --include-unresolved deletes the 90-day-old record and audits it."""
         result = invoke("dlq", "--dlq", seeded.url, "purge", "--older-than", "30d", "--yes",
-                        "--reason", "retention", "--actor", "ops", "--json")
+                        "--reason", "retention", "--actor", "ops", "--include-unresolved",
+                        "--json")  # fmt: skip
         assert result.exit_code == 0, result.output
         assert json.loads(result.stdout) == {"deleted": 1}
         assert seeded.store.get(seeded.old.id) is None
@@ -192,6 +194,36 @@ class TestPurge:
         [entry] = seeded.store.audit_log()
         assert (entry["action"], entry["actor"], entry["reason"]) == ("purge", "ops", "retention")
         assert entry["outcome"] == "deleted 1 record(s) older than 30d"
+
+    def test_purge_by_age_keeps_unresolved_records(self, invoke: Invoke, seeded: Seeded) -> None:
+        """--older-than 0s deletes resolved records only unless --include-unresolved is given."""
+        seeded.store.mark_resolved(seeded.chart.id, time.time())
+        everything = seeded.store.list(include_resolved=True, limit=100)
+        resolved = {r.id for r in everything if r.resolved_at is not None}
+        unresolved = {r.id for r in everything} - resolved
+        time.sleep(0.01)
+        result = invoke("dlq", "--dlq", seeded.url, "purge", "--older-than", "0s", "--yes",
+                        "--reason", "retention", "--json")  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout) == {"deleted": len(resolved)}
+        assert seeded.chart.id in resolved
+        left = {r.id for r in seeded.store.list(include_resolved=True, limit=100)}
+        assert left == unresolved
+        assert seeded.store.audit_log()[0]["outcome"] == (
+            f"deleted {len(resolved)} resolved record(s) older than 0s")
+
+    def test_a_huge_limit_is_one_line_and_exit_2(self, invoke: Invoke, seeded: Seeded) -> None:
+        """``--limit 10**30`` is refused on one line with exit 2, not a traceback."""
+        result = invoke("dlq", "--dlq", seeded.url, "list", "--limit", str(10**30))
+        assert result.exit_code == 2
+        assert "--limit must be from 1 to 100000" in result.output
+        assert "Traceback" not in result.output
+
+    def test_a_memory_store_is_refused_with_exit_2(self, invoke: Invoke) -> None:
+        """``--dlq memory://x`` cannot be read from another process: exit 2, not "no records"."""
+        result = invoke("dlq", "--dlq", "memory://x", "list")
+        assert result.exit_code == 2
+        assert "cannot be read from another one" in result.output
 
     def test_purge_by_id(self, invoke: Invoke, seeded: Seeded) -> None:
         """--id deletes exactly that record and audits it under its id."""

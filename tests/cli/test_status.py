@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.cli import proj
-from tests.cli.test_celery_command import run_celery
+from tests.cli.test_celery_command import _empty, run_celery
 from tests.contract_dead_letters import make_record
 from xsm_celery.cli._main import cli
 from xsm_celery.eda import Envelope
@@ -92,12 +92,12 @@ def test_the_celery_subcommand_reads_the_apps_stores(
     """``celery -A proj xsm status`` reads the app's stores and creates none that is missing."""
     monkeypatch.chdir(tmp_path)
     store = open_dead_letter_store(proj.STORE_URL)
-    store.clear()
+    _empty(store)
     store.put(make_record(reason="worker_lost", taken_at=time.time() - 5))
     try:
         result = run_celery("xsm", "status", "--no-workers", "--json")
     finally:
-        store.clear()
+        _empty(store)
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["dead_letters"]["1h"] == {"worker_lost": 1}

@@ -121,21 +121,17 @@ def test_a_replay_without_a_reason_is_not_sent(app: Any) -> None:
     assert not AuditEntry.objects.exists()
 
 
-def test_a_changed_chart_is_refused_unless_forced(app: Any) -> None:
-    """With another chart hash the replay is refused and audited; ticking force sends it."""
+def test_a_changed_chart_is_a_warning_for_a_task_record(app: Any) -> None:
+    """A task replay runs the current chart from its start: a changed chart warns, no force."""
     record = task_record(app, machine_hash="0123456789abcdef")
     client = login("ops", "view_deadletterrecord", "replay_deadletterrecord")
-    assert "tick" in client.get(change_url(record.id, "replay")).content.decode()
-    client.post(change_url(record.id, "replay"), {"reason": "try it"})
-    assert sent_tasks(app) == []
-    assert AuditEntry.objects.get(record_id=record.id).outcome.startswith(
-        "refused: chart changed since capture (0123456789abcdef -> "
-    )
-    client.post(change_url(record.id, "replay"), {"reason": "new chart is compatible",
-                                                 "force": "on"})
+    page = client.get(change_url(record.id, "replay")).content.decode()
+    assert "runs the current chart from its start" in page
+    assert 'name="force"' not in page
+    client.post(change_url(record.id, "replay"), {"reason": "new chart is compatible"})
     assert [name for name, _a, _k in sent_tasks(app)] == ["shop.charge"]
     actions = list(AuditEntry.objects.filter(record_id=record.id).values_list("action", flat=True))
-    assert actions == ["replay", "force", "replay"]
+    assert actions == ["replay"]
 
 
 def test_redacted_arguments_are_refused_and_audited(app: Any) -> None:

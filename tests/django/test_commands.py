@@ -96,11 +96,11 @@ def test_a_real_replay_needs_yes_and_a_reason(app: Any) -> None:
 
 
 def test_a_refused_replay_exits_2(app: Any) -> None:
-    """A changed chart without --force is refused with exit code 2."""
-    record = task_record(app, machine_hash="ffffffffffffffff")
+    """A replay that cannot reproduce the call (redacted arguments) is refused with exit 2."""
+    record = task_record(app, task_kwargs={"card_token": "***"})
     error = refused("xsm_dlq", "replay", record.id, "--no-dry-run", "--yes", "--reason", "x!x")
     assert error.returncode == 2
-    assert "chart changed" in str(error)
+    assert "redacted arguments" in str(error)
 
 
 def test_resolve_and_purge_by_id(app: Any) -> None:
@@ -114,13 +114,24 @@ def test_resolve_and_purge_by_id(app: Any) -> None:
 
 
 def test_purge_older_than_keeps_recent_records(app: Any) -> None:
-    """purge --older-than deletes only old records and audits the sweep once."""
+    """purge --older-than --include-unresolved deletes only old records, audits the sweep once."""
     task_record(app, taken_at=time.time() - 40 * 86_400)
     recent = task_record(app, taken_at=time.time())
-    out = run("xsm_dlq", "purge", "--older-than", "30d", "--yes", "--reason", "retention")
+    out = run("xsm_dlq", "purge", "--older-than", "30d", "--yes", "--reason", "retention",
+              "--include-unresolved")
     assert "purged 1" in out
     assert list(DeadLetterRecord.objects.values_list("id", flat=True)) == [recent.id]
     assert AuditEntry.objects.get().record_id == "*"
+
+
+def test_purge_by_age_keeps_unresolved_records(app: Any) -> None:
+    """Without --include-unresolved an old record nobody resolved is kept."""
+    old = task_record(app, taken_at=time.time() - 40 * 86_400)
+    done = task_record(app, taken_at=time.time() - 40 * 86_400)
+    DeadLetterRecord.objects.filter(id=done.id).update(resolved_at=time.time())
+    out = run("xsm_dlq", "purge", "--older-than", "30d", "--yes", "--reason", "retention")
+    assert "purged 1" in out
+    assert list(DeadLetterRecord.objects.values_list("id", flat=True)) == [old.id]
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("15m", 900), ("2w", 1_209_600)])

@@ -55,3 +55,19 @@ def test_import_string_accepts_both_spellings() -> None:
     assert import_string("os.path:join") is import_string("os.path.join")
     with pytest.raises(ConfigurationError, match="cannot import"):
         import_string("os.path:nope")
+
+
+def test_an_unknown_key_with_nothing_close_reads_as_sentences() -> None:
+    """With no close key, the refusal ends its sentence before listing the valid keys."""
+    with override_settings(XSM_CELERY={"ZZZZZZ": 5}), pytest.raises(ConfigurationError) as caught:
+        get_settings()
+    assert "unknown XSM_CELERY key 'ZZZZZZ'. Valid names: " in str(caught.value)
+
+
+@pytest.mark.parametrize("value", [0, "voucher", [3]])
+def test_redact_keys_must_be_a_list_of_names(value: object) -> None:
+    """``REDACT_KEYS`` of the wrong type is a ConfigurationError naming the key, not a TypeError."""
+    with override_settings(XSM_CELERY={"REDACT_KEYS": value}), pytest.raises(
+        ConfigurationError, match="REDACT_KEYS"
+    ):
+        get_settings()

@@ -119,7 +119,7 @@ def test_required_attribute_must_be_a_non_empty_string(value: object) -> None:
 def test_overlong_attribute_is_corrupt() -> None:
     """A string attribute over the length cap is refused."""
     with pytest.raises(EnvelopeCorruptError, match="exceeds 1024 characters"):
-        Envelope.from_dict(_raw(subject="s" * 2000))
+        Envelope.from_dict(_raw(correlationid="s" * 2000))
 
 
 def test_non_string_subject_is_corrupt() -> None:

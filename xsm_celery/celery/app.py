@@ -71,16 +71,20 @@ class Xsm:
         """
         entries: dict[str, dict[str, Any]] = {}
         if timers_every is not None:
-            entries["xsm-fire-timers"] = {
-                "task": FIRE_TIMERS_TASK,
-                "schedule": _seconds("timers_every", timers_every),
-            }
+            entries["xsm-fire-timers"] = _entry(FIRE_TIMERS_TASK, "timers_every", timers_every)
         if relay_every is not None:
-            entries["xsm-relay-outbox"] = {
-                "task": RELAY_OUTBOX_TASK,
-                "schedule": _seconds("relay_every", relay_every),
-            }
+            entries["xsm-relay-outbox"] = _entry(RELAY_OUTBOX_TASK, "relay_every", relay_every)
         return entries
+
+
+def _entry(task: str, name: str, every: float) -> dict[str, Any]:
+    """A Beat entry whose tick expires when the next one is due.
+
+    Ticks queued while no worker runs would otherwise pile up and all run at once when one
+    starts; each scan or relay run covers everything due, so only the newest tick matters.
+    """
+    seconds = _seconds(name, every)
+    return {"task": task, "schedule": seconds, "options": {"expires": seconds}}
 
 
 def _seconds(name: str, value: float) -> float:

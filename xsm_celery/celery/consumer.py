@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 from celery import bootsteps
 from kombu import Consumer
 
+from xsm_celery.celery.consumer_dead_letters import adopt_app_dead_letters
 from xsm_celery.eda import Delivery
 from xsm_celery.eda.envelope import DEFAULT_MAX_ENVELOPE_BYTES
 from xsm_celery.errors import BrokerPublishError
@@ -53,6 +54,7 @@ class StepConfig:
     retry_s: float = DEFAULT_RETRY_S
     max_bytes: int = DEFAULT_MAX_ENVELOPE_BYTES
     dead_letters: Any = None
+    allow_memory_dead_letters: bool = False
 
 
 class _HeldBroker:
@@ -93,6 +95,8 @@ class DispatcherStep(bootsteps.ConsumerStep):
 
     def __init__(self, parent: Any, **kwargs: Any) -> None:
         super().__init__(parent, **kwargs)
+        self._app = parent.app
+        self._undecodable_to: Any = self.config.dead_letters
         self.dispatcher: Any = None
         self.inbound: Inbound | None = None
         self._timer: Any = None
@@ -104,6 +108,11 @@ class DispatcherStep(bootsteps.ConsumerStep):
         config = self.config
         if self.dispatcher is None:
             self.dispatcher = config.factory()
+            store = adopt_app_dead_letters(
+                self.dispatcher, self._app, allow_memory=config.allow_memory_dead_letters
+            )
+            if self._undecodable_to is None:
+                self._undecodable_to = store
         driver = channel.connection.client.transport.driver_type
         errors = (*channel.connection.client.connection_errors,
                   *channel.connection.client.channel_errors)  # fmt: skip
@@ -112,7 +121,7 @@ class DispatcherStep(bootsteps.ConsumerStep):
             settle_message(held, how, errors)
 
         self.inbound = Inbound(
-            driver, settle, max_bytes=config.max_bytes, dead_letters=config.dead_letters
+            driver, settle, max_bytes=config.max_bytes, dead_letters=self._undecodable_to
         )
         consumers = []
         for topic in config.topics:
@@ -210,6 +219,7 @@ def install_dispatcher(
     retry_s: float = DEFAULT_RETRY_S,
     max_bytes: int = DEFAULT_MAX_ENVELOPE_BYTES,
     dead_letters: Any = None,
+    allow_memory_dead_letters: bool = False,
 ) -> type[DispatcherStep]:
     """Run an ``InboundDispatcher`` in every worker of ``app``; return the step class.
 
@@ -225,8 +235,11 @@ def install_dispatcher(
         queue_type, queue_arguments: RabbitMQ queue settings, as ``KombuBrokerAdapter``.
         retry_s: Pause before held (requeued) deliveries are tried again.
         max_bytes: Envelope size cap.
-        dead_letters: Where undecodable messages go; by default the dispatcher's own
-            store records them as ``corrupt``.
+        dead_letters: Where undecodable messages go; by default the dispatcher's store
+            records them as ``corrupt``. A dispatcher built without ``dead_letters=`` gets
+            the app's ``xsm_dead_letter_store``.
+        allow_memory_dead_letters: Accept a store in process memory (tests only); without
+            it the worker refuses to start the step with such a store.
     """
     names = (topics,) if isinstance(topics, str) else tuple(topics)
     if not names:
@@ -243,6 +256,7 @@ def install_dispatcher(
         retry_s=float(retry_s),
         max_bytes=max_bytes,
         dead_letters=dead_letters,
+        allow_memory_dead_letters=allow_memory_dead_letters,
     )
     step: type[DispatcherStep] = type(
         "XsmDispatcherStep", (DispatcherStep,), {"config": config, "name": "xsm.dispatcher"}

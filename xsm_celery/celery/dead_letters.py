@@ -13,13 +13,18 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from xsm_celery.celery.secrets import mask_exception, task_secrets
+from xsm_celery.celery.spool import DEFAULT_SPOOL_DIR, DeadLetterSpool, dead_letter_id
+from xsm_celery.celery.workflow import WORKFLOW_KEY
 from xsm_celery.engine import redact
-from xsm_celery.errors import DeferredTooLongError, WorkerLost
+from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS, secret_values
+from xsm_celery.errors import DeferredTooLongError, TimeLimitKilled, WorkerLost
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns import ERRORS_CONTEXT_KEY, DeadLetter, DeadLetterReason
+from xsm_celery.patterns.dead_letter_redaction import mask_errors
 
 __all__ = ["DeadLetterWriter", "TaskFailure", "redact_arguments"]
 
@@ -43,6 +48,8 @@ class TaskFailure:
     snapshot: Mapping[str, Any]
     error: BaseException | None
     retryable: bool
+    #: The chain, callbacks and chord the task was part of (``workflow.workflow_of``).
+    workflow: Mapping[str, Any] = field(default_factory=dict)
 
 
 def redact_arguments(
@@ -81,6 +88,7 @@ class DeadLetterWriter:
         signature: The task function's signature, to name positional arguments.
         redact_keys: The key denylist (the engine's default plus the app's extra keys).
         wall: Epoch-seconds clock for ``taken_at``.
+        spool: Where records wait while the store is down (``DEFAULT_SPOOL_DIR``).
     """
 
     def __init__(
@@ -89,8 +97,10 @@ class DeadLetterWriter:
         signature: inspect.Signature | None,
         redact_keys: Iterable[str] | None,
         wall: Callable[[], float] = time.time,
+        spool: DeadLetterSpool | None = None,
     ) -> None:
         self._open_store = open_store
+        self._spool = spool if spool is not None else DeadLetterSpool(DEFAULT_SPOOL_DIR)
         self._signature = signature
         self._keys = None if redact_keys is None else tuple(redact_keys)
         self._wall = wall
@@ -101,12 +111,17 @@ class DeadLetterWriter:
         context = snapshot.get("context") if isinstance(snapshot.get("context"), dict) else {}
         chain = context.pop(ERRORS_CONTEXT_KEY, None)
         args, kwargs = redact_arguments(self._signature, failure.args, failure.kwargs, self._keys)
+        keys = self._keys or DEFAULT_REDACT_KEYS
+        secrets = (*self.secrets(failure.args, failure.kwargs), *secret_values(snapshot, keys))
+        errors = [dict(e) for e in chain] if isinstance(chain, list) else []
+        attempts = _attempts(context)
         return DeadLetter(
+            id=dead_letter_id(failure.task_id, attempts),
             machine_id=failure.machine_id,
             state_id=failure.state_id,
-            event={"type": failure.event_type, "payload": {}},
-            attempts=_attempts(context),
-            errors=[dict(e) for e in chain] if isinstance(chain, list) else [],
+            event={"type": failure.event_type, "payload": _workflow_payload(failure, self._keys)},
+            attempts=attempts,
+            errors=mask_errors(errors, secrets),
             snapshot=_redact(snapshot, self._keys),
             taken_at=self._wall(),
             reason=_reason(failure).value,
@@ -119,28 +134,68 @@ class DeadLetterWriter:
             hostname=failure.hostname,
         )
 
-    def write(self, failure: TaskFailure) -> DeadLetter:
-        """Build and store the record; if the store fails, log the whole record instead.
+    def secrets(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[str, ...]:
+        """The values of this call's redacted arguments, to mask wherever text carries them."""
+        return task_secrets(self._signature, args, kwargs, self._keys)
 
-        The task still ends in ``FAILURE`` either way: a store outage must not turn a
-        dead letter into an endless loop, and the logged JSON can be put back by hand.
+    def write(self, failure: TaskFailure) -> DeadLetter:
+        """Build the record, keep it in the spool, then write it to the store.
+
+        The task still ends in ``FAILURE`` when the store is down: the record waits in the
+        spool (on local disk, never only in a log) and is written by the next give-up that
+        reaches the store, or by ``xsm-celery dlq flush-spool``.
         """
         record = self.build(failure)
+        mask_exception(failure.error, self.secrets(failure.args, failure.kwargs))
+        self._spool.keep(record)
         try:
-            self._open_store().put(record)
+            store = self._open_store()
+            self._spool.write_through(store, record)
         except Exception:
+            logger.warning(
+                "dead-letter store failed; the dead letter %s of task %s[%s] is kept in the "
+                "spool %s and written when the store is back",
+                record.id, failure.task_name, failure.task_id, self._spool.directory,
+                exc_info=True,
+            )  # fmt: skip
             emit(FactKind.DEAD_LETTER_WRITTEN, source="task", reason=record.reason,
                  task=failure.task_name, task_id=failure.task_id, stored=False)  # fmt: skip
-            logger.exception(
-                "dead-letter store failed; task %s[%s] record kept only in this log: %s",
-                failure.task_name,
-                failure.task_id,
-                record.to_json(),
-            )
+            emit(FactKind.DEAD_LETTER_SPOOLED, task=failure.task_name, reason=record.reason)
             return record
         emit(FactKind.DEAD_LETTER_WRITTEN, source="task", reason=record.reason,
              task=failure.task_name, task_id=failure.task_id, stored=True)  # fmt: skip
+        self._spool.flush(store)
         return record
+
+    def resume(self, task_id: str, attempts: int) -> str | None:
+        """The id of the dead letter a killed run of ``task_id`` wrote at ``attempts``, if any.
+
+        A worker killed during the write leaves the record in the spool (it is written now,
+        with the real error chain) or a tombstone saying it was written; either way the
+        redelivered message must not run the chart again, which would record ``WorkerLost``
+        in place of the real error. Only the local spool is read, so a lost attempt that did
+        not give up costs no store connection.
+        """
+        record_id = dead_letter_id(task_id, attempts)
+        if self._spool.written(record_id):
+            return record_id
+        spooled = self._spool.get(record_id)
+        if spooled is None:
+            return None
+        try:
+            self._spool.write_through(self._open_store(), spooled)
+        except Exception:
+            logger.warning("dead-letter store failed; dead letter %s stays in the spool %s",
+                           record_id, self._spool.directory, exc_info=True)  # fmt: skip
+        return record_id
+
+
+def _workflow_payload(failure: TaskFailure, keys: Iterable[str] | None) -> dict[str, Any]:
+    """The task's workflow, redacted by key like its arguments, under ``WORKFLOW_KEY``."""
+    if not failure.workflow:
+        return {}
+    plain = json.loads(json.dumps(dict(failure.workflow), default=str))
+    return {WORKFLOW_KEY: _redact(plain, keys)}
 
 
 def _attempts(context: Mapping[str, Any]) -> int | None:
@@ -149,6 +204,8 @@ def _attempts(context: Mapping[str, Any]) -> int | None:
 
 
 def _reason(failure: TaskFailure) -> DeadLetterReason:
+    if isinstance(failure.error, TimeLimitKilled):
+        return DeadLetterReason.TIME_LIMIT
     if isinstance(failure.error, WorkerLost):
         return DeadLetterReason.WORKER_LOST
     if isinstance(failure.error, DeferredTooLongError):

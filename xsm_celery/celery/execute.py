@@ -25,10 +25,14 @@ from celery.exceptions import Retry
 from xsm_celery.celery.attempt import Outcome, Run, run_chart
 from xsm_celery.celery.dead_letters import DeadLetterWriter, TaskFailure
 from xsm_celery.celery.facts import AttemptFacts, attempt_of
+from xsm_celery.celery.secrets import mask_exception, mask_header
 from xsm_celery.celery.settings import XsmSettings
+from xsm_celery.celery.spool import DeadLetterSpool
 from xsm_celery.celery.stores import stores_for
+from xsm_celery.celery.time_limits import lost_attempt_error
 from xsm_celery.celery.timers import schedule_retry
-from xsm_celery.errors import TaskGaveUp, WorkerLost
+from xsm_celery.celery.workflow import workflow_of
+from xsm_celery.errors import TaskGaveUp
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns import RetryPolicy
 
@@ -55,8 +59,9 @@ class Bound:
     def writer(self) -> DeadLetterWriter:
         """Writes this task's dead letters to the app's store (opened on first use)."""
         return DeadLetterWriter(
-            lambda: stores_for(self.app).dead_letters(), self.signature, self.redact_keys
-        )
+            lambda: stores_for(self.app).dead_letters(), self.signature, self.redact_keys,
+            spool=DeadLetterSpool(self.settings.dead_letter_spool),
+        )  # fmt: skip
 
 
 def execute(task: Any, bound: Bound, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -85,6 +90,8 @@ def _execute(
         run.mark = functools.partial(markers.mark, request.id)
         if (request.delivery_info or {}).get("redelivered"):
             run.lost = _lost_attempt(task, markers, snapshot)
+            if run.lost is not None:
+                _finish_interrupted_give_up(task, bound, snapshot)
     outcome = run_chart(bound.machine, snapshot, run)
     if facts is not None:
         facts.settled(outcome.kind, run.error)
@@ -118,10 +125,17 @@ def _lost_attempt(task: Any, markers: Any, snapshot: str | None) -> BaseExceptio
         return None
     if started is None or int(started) < attempt:
         return None
-    return WorkerLost(
-        f"the worker running attempt {attempt} of {task.name}[{task.request.id}] died "
-        "before finishing it; the broker redelivered the message"
-    )
+    return lost_attempt_error(markers, str(task.name), str(task.request.id), attempt)
+
+
+def _finish_interrupted_give_up(task: Any, bound: Bound, snapshot: str | None) -> None:
+    """End the task if the lost attempt had given up and was writing its dead letter."""
+    record_id = bound.writer.resume(str(task.request.id), attempt_of(snapshot))
+    if record_id is not None:
+        raise TaskGaveUp(
+            f"task {task.name}[{task.request.id}] gave up before its worker died; its dead "
+            f"letter {record_id} is written"
+        )
 
 
 def _give_up(
@@ -144,6 +158,7 @@ def _give_up(
             snapshot=json.loads(outcome.interpreter.get_snapshot()),
             error=error,
             retryable=error is None or bound.policy.should_retry(error),
+            workflow=workflow_of(task.request),
         )
     )
     attempt = outcome.interpreter.context.get("attempt")
@@ -169,8 +184,10 @@ def _retry(
 ) -> BaseException:
     assert outcome.delay_ms is not None
     delay_s = outcome.delay_ms / 1000.0
-    headers = {HEADER: outcome.interpreter.get_snapshot()}
+    secrets = bound.writer.secrets(args, kwargs)
+    headers = {HEADER: mask_header(outcome.interpreter.get_snapshot(), secrets)}
     error = outcome.run.error
+    mask_exception(error, secrets)
     durable = delay_s > bound.settings.timer_countdown_max_s
     emit(FactKind.RETRY_SCHEDULED, task=str(task.name), task_id=str(task.request.id),
          exception=_type_name(error), delay_s=delay_s, durable=durable,

@@ -26,6 +26,7 @@ from typing import Any
 
 from celery import shared_task
 
+from xsm_celery.celery import setting_checks
 from xsm_celery.celery.app import RELAY_OUTBOX_TASK
 from xsm_celery.celery.django_stores import is_django_url, open_django_store
 from xsm_celery.celery.settings import register_keys
@@ -59,7 +60,18 @@ _KEYS = {
     "xsm_relay_owner": "owner",
     "xsm_event_partitions": "partitions",
 }
-register_keys(*_KEYS)
+register_keys(
+    *_KEYS,
+    checks={
+        "xsm_outbox_store": lambda k, v: setting_checks.store(k, v, "outbox"),
+        "xsm_relay_broker_url": setting_checks.text,
+        "xsm_relay_batch": lambda k, v: setting_checks.count(k, v, high=100_000),
+        "xsm_relay_lease_s": setting_checks.seconds,
+        "xsm_relay_max_batches": lambda k, v: setting_checks.count(k, v, high=100_000),
+        "xsm_relay_owner": setting_checks.text,
+        "xsm_event_partitions": lambda k, v: setting_checks.count(k, v, high=4096),
+    },
+)
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,10 @@
 A replay is an operator's decision, so it is a dry run unless asked otherwise, a real one
 needs a reason, and it is audited in the store next to the record. The task gets a new id
 (the dead one keeps its ``FAILURE`` result) and no ``xsm_chart`` header, so its chart starts
-over at attempt 1. A record whose arguments were redacted is refused: sending ``"***"`` in
-place of a card token would only fail again, or worse, succeed with the wrong value.
+over at attempt 1, and it keeps the chain and callbacks the original message carried (a
+chord member is refused: it cannot rejoin its chord). A record whose arguments were redacted
+is refused: sending ``"***"`` in place of a card token would only fail again, or worse,
+succeed with the wrong value.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from celery.utils import uuid
 
+from xsm_celery.celery.workflow import replay_options
 from xsm_celery.engine.redact import REDACTED
 from xsm_celery.errors import ReplayRefusedError
 from xsm_celery.hooks import FactKind, emit
@@ -61,6 +64,7 @@ def replay_task(
             redacted arguments, or a real replay without a reason.
     """
     record = _replayable(store, record_id)
+    options = replay_options(record_id, (record.event or {}).get("payload"))
     args, kwargs = list(record.task_args or []), dict(record.task_kwargs or {})
     warnings = _warnings(app, record)
     name = str(record.task_name)
@@ -72,7 +76,7 @@ def replay_task(
             f"replaying dead letter {record_id} needs a reason (reason='...'); it is audited"
         )
     task_id = uuid()
-    app.send_task(name, args=args, kwargs=kwargs, task_id=task_id)
+    app.send_task(name, args=args, kwargs=kwargs, task_id=task_id, **options)
     store.mark_resolved(record_id, time.time())
     outcome = f"sent {name} as task {task_id}"
     store.audit(record_id, "replay", actor=actor or _login(), reason=reason, outcome=outcome)
@@ -95,8 +99,10 @@ def _replayable(store: Any, record_id: str) -> Any:
             f"dead letter {record_id} was already resolved at {record.resolved_at}; "
             "it is not sent twice"
         )
-    redacted = _redacted_paths(record.task_args, "args") + _redacted_paths(
-        record.task_kwargs, "kwargs"
+    redacted = (
+        _redacted_paths(record.task_args, "args")
+        + _redacted_paths(record.task_kwargs, "kwargs")
+        + _redacted_paths((record.event or {}).get("payload"), "workflow")
     )
     if redacted:
         raise ReplayRefusedError(
@@ -117,6 +123,7 @@ def _redacted_paths(value: Any, path: str) -> list[str]:
 
 
 def _warnings(app: Any, record: Any) -> list[str]:
+    _import_task_modules(app)
     task = app.tasks.get(record.task_name) if record.task_name else None
     if task is None:
         return [f"task {record.task_name!r} is not registered in this app; a worker must know it"]
@@ -125,6 +132,17 @@ def _warnings(app: Any, record: Any) -> list[str]:
     if current is not None and record.machine_hash and current != record.machine_hash:
         return ["the task's retry chart changed since it failed; the replay runs the new one"]
     return []
+
+
+def _import_task_modules(app: Any) -> None:
+    """Import the modules a worker imports at start (``autodiscover_tasks``, ``imports``).
+
+    Outside a worker nobody has, so an autodiscovered task would look unregistered.
+    """
+    try:
+        app.loader.import_default_modules()
+    except Exception:  # a project module that fails here fails in the worker too
+        return
 
 
 def _login() -> str:

@@ -9,15 +9,20 @@ a setting (``xsm_dead_leter_store``) would otherwise silently fall back to the d
 
 from __future__ import annotations
 
-import difflib
 import importlib
-import math
 import threading
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from xsm_celery.celery.setting_checks import (
+    FIELD_CHECKS,
+    check_countdown_against_broker,
+    check_markers_mode,
+)
+from xsm_celery.celery.spool import DEFAULT_SPOOL_DIR
+from xsm_celery.checks import unknown_name_message
 from xsm_celery.errors import ConfigurationError
 
 __all__ = [
@@ -53,6 +58,9 @@ _REGISTRARS = (
     "xsm_celery.celery.observability",
 )
 _registered: set[str] = set()
+#: A check of a value: ``(setting key, value) -> the value to use``; raises ConfigurationError.
+Check = Callable[[str, Any], Any]
+_registered_checks: dict[str, Check] = {}
 _cache: weakref.WeakKeyDictionary[Any, XsmSettings] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
@@ -82,20 +90,26 @@ class XsmSettings:
     marker_ttl_s: float = DEFAULT_MARKER_TTL_S
     #: ``xsm_redact_keys``: extra context/argument keys masked in dead letters.
     redact_keys: tuple[str, ...] = ()
+    #: ``xsm_dead_letter_spool``: the directory where dead letters wait while the store is
+    #: down (or while a killed write is finished by the redelivery).
+    dead_letter_spool: str = DEFAULT_SPOOL_DIR
 
 
 _FIELDS = {f"{_PREFIX}{name}" for name in XsmSettings.__dataclass_fields__}
 
 
-def register_keys(*keys: str) -> None:
+def register_keys(*keys: str, checks: Mapping[str, Check] | None = None) -> None:
     """Accept more ``xsm_`` keys, read by another part of the package (outbox relay, consumer).
 
-    Without this, ``read_settings`` would refuse them as unknown.
+    Without this, ``read_settings`` would refuse them as unknown. ``checks`` maps a key to
+    its ``(key, value) -> value`` check, run when the settings are read so a bad value stops
+    the worker at start.
     """
-    for key in keys:
+    for key in (*keys, *(checks or {})):
         if not key.startswith(_PREFIX):
             raise ValueError(f"setting {key!r} must start with {_PREFIX!r}")
         _registered.add(key)
+    _registered_checks.update(checks or {})
 
 
 def read_settings(app: Any) -> XsmSettings:
@@ -110,7 +124,8 @@ def read_settings(app: Any) -> XsmSettings:
     with _lock:
         cached = _cache.get(app)
         if cached is None:
-            cached = _build(_xsm_items(app.conf, getattr(app, "namespace", None)))
+            items = _xsm_items(app.conf, getattr(app, "namespace", None))
+            cached = _build(items, app.conf)
             _cache[app] = cached
     return cached
 
@@ -135,21 +150,22 @@ def _xsm_items(conf: Any, namespace: str | None = None) -> dict[str, Any]:
     return items
 
 
-def _build(items: Mapping[str, Any]) -> XsmSettings:
+def _build(items: Mapping[str, Any], conf: Mapping[str, Any] | None = None) -> XsmSettings:
+    """Check every value's type and range, then the settings against each other and Celery's."""
     _refuse_unknown(items)
     values: dict[str, Any] = {}
     for key, value in items.items():
-        if key in _FIELDS and value is not None:
-            values[key[len(_PREFIX) :]] = value
-    if "timer_countdown_max_s" in values:
-        values["timer_countdown_max_s"] = _positive("xsm_timer_countdown_max_s", values)
-    if "marker_ttl_s" in values:
-        values["marker_ttl_s"] = _positive("xsm_marker_ttl_s", values)
-    if "timer_batch" in values:
-        values["timer_batch"] = int(_positive("xsm_timer_batch", values))
-    if "redact_keys" in values:
-        values["redact_keys"] = _keys(values["redact_keys"])
-    return XsmSettings(**values)
+        if value is None:
+            continue
+        if key in _FIELDS:
+            values[key[len(_PREFIX) :]] = FIELD_CHECKS[key[len(_PREFIX) :]](key, value)
+        elif key in _registered_checks:
+            _registered_checks[key](key, value)
+    settings = XsmSettings(**values)
+    if conf is not None:
+        check_markers_mode(settings.attempt_markers, conf)
+        check_countdown_against_broker(settings.timer_countdown_max_s, conf)
+    return settings
 
 
 def _refuse_unknown(items: Iterable[str]) -> None:
@@ -160,11 +176,7 @@ def _refuse_unknown(items: Iterable[str]) -> None:
         known = _FIELDS | _load_registrations()
         if key in known:
             continue
-        close = difflib.get_close_matches(key.lower(), sorted(known), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ConfigurationError(
-            f"unknown Celery setting {key!r}{hint} Known xsm_ settings: {', '.join(sorted(known))}"
-        )
+        raise ConfigurationError(unknown_name_message("Celery setting", key, known))
 
 
 def _load_registrations() -> set[str]:
@@ -179,27 +191,3 @@ def _load_registrations() -> set[str]:
         except ImportError:
             continue
     return set(_registered)
-
-
-def _positive(key: str, values: Mapping[str, Any]) -> float:
-    name = key[len(_PREFIX) :]
-    raw = values[name]
-    try:
-        number = float(raw)
-    except (TypeError, ValueError):
-        number = math.nan
-    if isinstance(raw, bool) or not (number > 0 and math.isfinite(number)):
-        raise ConfigurationError(
-            f"setting {key}={raw!r} must be a finite number greater than 0; "
-            f"remove it to use the default ({getattr(XsmSettings(), name)!r})"
-        )
-    return number
-
-
-def _keys(raw: Any) -> tuple[str, ...]:
-    if isinstance(raw, str) or not all(isinstance(k, str) for k in raw):
-        raise ConfigurationError(
-            f"setting xsm_redact_keys={raw!r} must be a list of key names, "
-            "for example ['card_number', 'iban']"
-        )
-    return tuple(raw)

@@ -83,6 +83,9 @@ class ChartTask(Task):  # type: ignore[type-arg]
     breaker: str | None = None
     acks_late = True
     reject_on_worker_lost = True
+    #: A hard time limit requeues the message (see ``time_limits``), counted as a lost attempt.
+    acks_on_timeout = False
+    Request = "xsm_celery.celery.time_limits:ChartTaskRequest"
     max_retries = None
     _xsm_bound: ClassVar[Bound | None] = None
     _xsm_fleet: ClassVar[tuple[Any, Any] | None] = None

@@ -23,11 +23,15 @@ from xsm_celery.cli.render import dead_letter_detail, dead_letters_table, make_c
 from xsm_celery.cli.replay import ReplayOptions, ReplayReport, replay_record
 from xsm_celery.cli.target import DlqTarget
 from xsm_celery.errors import XsmError
+from xsm_celery.patterns.dead_letter import purge_resolved_older_than
 
 __all__ = ["dlq", "parse_age"]
 
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+
+#: The most records one ``list`` prints (a larger ``--limit`` is refused, not sent to SQL).
+MAX_LIST_LIMIT = 100_000
 
 #: The audit ``record_id`` of a purge by age, which concerns every matching record.
 PURGE_ALL = "*"
@@ -109,8 +113,8 @@ def dlq(ctx: click.Context, dlq_url: str | None, app_spec: str | None) -> None:
 @click.pass_context
 def list_(ctx: click.Context, include_resolved: bool, limit: int, as_json: bool) -> None:
     """Dead letters, newest first (unresolved only unless --all)."""
-    if limit < 1:
-        raise CliError(f"--limit must be >= 1, got {limit}")
+    if not 1 <= limit <= MAX_LIST_LIMIT:
+        raise CliError(f"--limit must be from 1 to {MAX_LIST_LIMIT}, got {limit}")
     store = _target(ctx).store()
     records = _call(store.list, limit=limit, include_resolved=include_resolved)
     if as_json:
@@ -209,11 +213,14 @@ def resolve(ctx: click.Context, record_id: str, yes: bool, reason: str | None,
 @click.option("--yes", is_flag=True, help="Confirm.")
 @click.option("--reason", help="Why (audited), e.g. retention.")
 @click.option("--actor", help="Who purges (default: the login name).")
+@click.option("--include-unresolved", is_flag=True,
+              help="With --older-than, delete unresolved records too (default: resolved only).")
 @click.option("--json", "as_json", is_flag=True, help="Print {deleted: n} as JSON.")
 @click.pass_context
 def purge(ctx: click.Context, *, older_than: str | None, record_id: str | None, yes: bool,
-          reason: str | None, actor: str | None, as_json: bool) -> None:
-    """Delete old dead letters (resolved or not); audited."""
+          reason: str | None, actor: str | None, include_unresolved: bool,
+          as_json: bool) -> None:
+    """Delete old resolved dead letters (all of them with --include-unresolved); audited."""
     if (older_than is None) == (record_id is None):
         raise CliError("purge needs exactly one of --older-than AGE or --id ID")
     age = parse_age(older_than) if older_than is not None else None
@@ -222,8 +229,13 @@ def purge(ctx: click.Context, *, older_than: str | None, record_id: str | None, 
     store = _target(ctx).store()
     if age is not None:
         cutoff = time.time() - age
-        deleted = int(_call(store.purge_older_than, cutoff))
-        outcome = f"deleted {deleted} record(s) older than {older_than}"
+        if include_unresolved:
+            deleted = int(_call(store.purge_older_than, cutoff))
+            which = ""
+        else:
+            deleted = int(_call(purge_resolved_older_than, store, cutoff))
+            which = " resolved"
+        outcome = f"deleted {deleted}{which} record(s) older than {older_than}"
         _audit(store, PURGE_ALL, "purge", actor=actor, reason=why, outcome=outcome)
     else:
         assert record_id is not None

@@ -46,10 +46,8 @@ class DlqTarget:
         """Open the existing store; a missing file or table is refused, never created."""
         if self._store is None:
             source = self._store_source()
-            from xsm_celery.sqlalchemy import open_dead_letter_store
-
             try:
-                self._store = open_dead_letter_store(source, create_table=False, must_exist=True)
+                self._store = _open(source)
             except XsmError as exc:
                 raise CliError(str(exc)) from None
         return self._store
@@ -70,6 +68,46 @@ class DlqTarget:
             "no dead-letter store: pass --dlq URL (sqlite:///dlq.db, postgresql://...) or "
             "--app module:app to use its xsm_dead_letter_store setting"
         )
+
+
+def _open(source: Any) -> Any:
+    """The store a setting value names, exactly as a worker resolves it.
+
+    ``"django"`` is the Django app's table (Django is set up first, as ``manage.py`` would);
+    a ``memory://`` store lives in the memory of the process that wrote it, so it is refused.
+    """
+    if isinstance(source, str) and source.startswith("memory://"):
+        raise CliError(
+            f"--dlq {source}: a memory store lives inside the process that wrote it and "
+            "cannot be read from another one; point the worker and this command at a "
+            "database (sqlite:///..., postgresql://... or 'django')"
+        )
+    from xsm_celery.celery.django_stores import is_django_url, open_django_store
+
+    if is_django_url(source):
+        _setup_django()
+        return open_django_store(source, "dead_letters")
+    from xsm_celery.sqlalchemy import open_dead_letter_store
+
+    return open_dead_letter_store(source, create_table=False, must_exist=True)
+
+
+def _setup_django() -> None:
+    """Run ``django.setup()`` when settings are configured but the apps are not loaded yet."""
+    try:
+        import django
+        from django.apps import apps
+    except ImportError:
+        message = "'django' names the Django stores: pip install 'xsm-celery[django]'"
+        raise CliError(message) from None
+    if not apps.ready:
+        try:
+            django.setup()
+        except Exception as exc:  # ImproperlyConfigured and the project's own import errors
+            raise CliError(
+                f"cannot set up Django for the 'django' store ({type(exc).__name__}: {exc}); "
+                "set DJANGO_SETTINGS_MODULE"
+            ) from None
 
 
 def _load_app(spec: str) -> Any:

@@ -195,9 +195,15 @@ class MachineSnapshotAdmin(ReadOnlyAdmin):
 class DurableTimerAdmin(ReadOnlyAdmin):
     """Durable timers waiting for the scanner."""
 
-    list_display = ("id", "key", "due", "overdue", "claimed_by")
+    list_display = ("id", "task_name", "key", "due", "overdue", "claimed_by")
     search_fields = ("key", "id")
     date_hierarchy = "due"
+
+    @admin.display(description=_("task"))
+    def task_name(self, obj: DurableTimer) -> str:
+        """The Celery task the timer will send (from its payload), or an empty cell."""
+        payload = obj.payload if isinstance(obj.payload, dict) else {}
+        return str(payload.get("task") or "")
 
     @admin.display(description=_("overdue"), boolean=True)
     def overdue(self, obj: DurableTimer) -> bool:

@@ -6,7 +6,6 @@ so ``override_settings(XSM_CELERY=...)`` in tests and late configuration both wo
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -14,6 +13,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
+from xsm_celery.checks import key_names, positive_int, unknown_name_message
 from xsm_celery.errors import ConfigurationError
 
 __all__ = ["XsmDjangoSettings", "get_settings", "import_string"]
@@ -75,14 +75,13 @@ def get_settings() -> XsmDjangoSettings:
     values: dict[str, Any] = {}
     for key, value in raw.items():
         if key not in _KEYS:
-            close = difflib.get_close_matches(str(key), list(_KEYS), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ConfigurationError(
-                f"unknown XSM_CELERY key {key!r}{hint} Valid keys: {', '.join(sorted(_KEYS))}"
-            )
+            raise ConfigurationError(unknown_name_message("XSM_CELERY key", str(key), _KEYS))
         values[_KEYS[key]] = value
     if "redact_keys" in values:
-        values["redact_keys"] = tuple(values["redact_keys"])
+        try:
+            values["redact_keys"] = key_names("XSM_CELERY['REDACT_KEYS']", values["redact_keys"])
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
     resolved = XsmDjangoSettings(**values)
     _check(resolved)
     return resolved
@@ -90,11 +89,10 @@ def get_settings() -> XsmDjangoSettings:
 
 def _check(conf: XsmDjangoSettings) -> None:
     for name in ("relay_batch", "timers_batch", "bulk_replay_limit"):
-        value = getattr(conf, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ConfigurationError(
-                f"XSM_CELERY[{name.upper()!r}] must be a positive int, got {value!r}"
-            )
+        try:
+            positive_int(f"XSM_CELERY[{name.upper()!r}]", getattr(conf, name))
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
     if not isinstance(conf.relay_lease_s, (int, float)) or not conf.relay_lease_s > 0:
         raise ConfigurationError(
             f"XSM_CELERY['RELAY_LEASE_S'] must be a positive number, got {conf.relay_lease_s!r}"

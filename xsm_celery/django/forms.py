@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
@@ -25,7 +27,16 @@ class ReasonForm(forms.Form):
 
 
 class ReplayForm(ReasonForm):
-    """A replay's confirmation: the reason, and ``force`` to pass a changed chart."""
+    """A replay's confirmation: the reason, and ``force`` to pass a changed chart.
+
+    ``force`` is left out for a task's record (``for_task=True``): a task replay always runs
+    the task's current chart from its start, so there is nothing for it to override.
+    """
+
+    def __init__(self, *args: Any, for_task: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if for_task:
+            del self.fields["force"]
 
     force = forms.BooleanField(
         label=_("Force"),

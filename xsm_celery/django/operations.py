@@ -127,8 +127,8 @@ class DeadLetterOperations:
     ) -> ReplayOutcome:
         """Send ``record_id`` again.
 
-        Refused (and audited) without a reason, for a record that cannot be replayed, and
-        when the chart changed since capture unless ``force`` is set.
+        Refused (and audited) without a reason, for a record that cannot be replayed, and,
+        for an envelope, when the chart changed since capture unless ``force`` is set.
         """
         record = self.store.get(record_id)
         if record is None:
@@ -138,7 +138,9 @@ class DeadLetterOperations:
         plan = self.plan(record)
         if plan.refusal:
             return self._refuse(record_id, actor, reason, plan.refusal)
-        if plan.chart_changed:
+        if plan.chart_changed and plan.kind != "task":
+            # A task replay starts the task's current chart from attempt 1, so a changed
+            # chart is shown as a warning, not refused: only an envelope replay needs force.
             change = (f"chart changed since capture ({record.machine_hash} -> "
                       f"{plan.chart.structure_hash})")
             if not force:

@@ -65,10 +65,10 @@ def replay_view(admin: DeadLetterRecordAdmin, request: HttpRequest, object_id: s
     if row is None:
         raise Http404(f"no dead letter with id {object_id!r}")
     ops = operations_for(admin)
-    form = ReplayForm(request.POST or None)
+    form = ReplayForm(request.POST or None, for_task=bool(row.task_name))
     if request.method == "POST" and form.is_valid():
         outcome = ops.replay(row.pk, actor=actor(request), reason=form.cleaned_data["reason"],
-                             force=form.cleaned_data["force"])
+                             force=bool(form.cleaned_data.get("force")))
         _report(request, outcome)
         return HttpResponseRedirect(_change_url(admin, row.pk))
     plan = ops.plan(row_to_record(row))

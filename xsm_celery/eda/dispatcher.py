@@ -146,6 +146,9 @@ class InboundDispatcher:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
         if on_unknown not in ("dead_letter", "ignore"):
             raise ValueError(f"on_unknown must be 'dead_letter' or 'ignore', got {on_unknown!r}")
+        #: Whether ``dead_letters`` is the in-memory default (a host such as the Celery
+        #: consumer step replaces it with a shared store).
+        self.dead_letters_defaulted = dead_letters is None
         if dead_letters is None:
             from xsm_celery.patterns.dead_letter import DeadLetterStore
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from xsm_celery.errors import EnvelopeCorruptError, EnvelopeTooLargeError
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.ids import new_id
+from xsm_celery.persistence.memory import MAX_KEY_LENGTH
 
 if TYPE_CHECKING:
     from xsm_celery.engine import Event
@@ -106,11 +107,35 @@ def _check_string(name: str, value: object, *, required: bool) -> None:
         raise EnvelopeCorruptError(
             f"envelope attribute {name!r} must be a non-empty string, got {value!r:.80}"
         )
-    if len(value) > MAX_ATTRIBUTE_LENGTH:
+    limit = MAX_KEY_LENGTH if name in _KEY_ATTRIBUTES else MAX_ATTRIBUTE_LENGTH
+    if len(value) > limit:
         raise EnvelopeCorruptError(
-            f"envelope attribute {name!r} exceeds {MAX_ATTRIBUTE_LENGTH} characters "
+            f"envelope attribute {name!r} exceeds {limit} characters "
             f"({len(value)}); put long values in data"
         )
+
+
+#: Attributes that become store keys or indexed columns. They are held to the stores' key
+#: limit (``persistence.memory.MAX_KEY_LENGTH``, the narrowest column that keeps one), so an
+#: envelope accepted here is one every store can keep, and a longer one is refused as
+#: corrupt before any store sees it.
+_KEY_ATTRIBUTES = frozenset({"id", "type", "source", "subject"})
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """Build a JSON object, refusing a repeated key.
+
+    Parsers disagree on which of two equal keys wins (first or last), so an envelope with
+    ``"id"`` twice could be deduplicated under one id here and another elsewhere.
+    """
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        names = [key for key, _ in pairs]
+        repeated = next(key for index, key in enumerate(names) if key in names[:index])
+        raise EnvelopeCorruptError(
+            f"envelope JSON repeats the key {repeated!r:.80}; send each key once"
+        )
+    return obj
 
 
 def _check_extension(name: object, value: object) -> None:
@@ -381,7 +406,9 @@ class Envelope:
                 "parsing); send a reference instead of the payload, or raise max_bytes"
             )
         try:
-            raw = json.loads(text, parse_constant=_refuse_constant)
+            raw = json.loads(
+                text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys
+            )
         except RecursionError as exc:
             raise EnvelopeCorruptError(
                 f"envelope data is nested deeper than {MAX_DATA_DEPTH}; flatten the payload"

@@ -4,7 +4,10 @@
 an envelope, a user hook or a store does. The order of the checks is the contract:
 decode and validate (corrupt), route (unknown), deduplicate, the attempt budget, then the
 step. Only failures of the step and of user hooks count as attempts; an outage of a store
-or an inbox is the infrastructure's fault, so it is requeued without being counted.
+or an inbox (``StoreUnavailableError``, a lock timeout, an optimistic conflict) is the
+infrastructure's fault, so it is requeued without being counted. Any other ``StoreError`` is
+a store refusing what the envelope carries, which no redelivery changes: it is counted and
+dead-lettered (``store_refused``) at once.
 """
 
 from __future__ import annotations
@@ -18,7 +21,14 @@ from xsm_celery.eda.dead_letter import redact_record
 from xsm_celery.eda.envelope import Envelope, EnvelopeCorruptError, EnvelopeTooLargeError
 from xsm_celery.eda.outbox import attach_cause
 from xsm_celery.engine import Event, Machine, Receipt
-from xsm_celery.errors import StoreError, XsmError
+from xsm_celery.engine.redact import mask_text, secret_values
+from xsm_celery.errors import (
+    ConflictError,
+    LockTimeoutError,
+    StoreError,
+    StoreUnavailableError,
+    XsmError,
+)
 from xsm_celery.hooks import FactKind, emit, subscribers
 from xsm_celery.patterns.dead_letter import DeadLetter, DeadLetterReason
 from xsm_celery.patterns.error_chain import error_entry
@@ -34,6 +44,13 @@ __all__ = ["Handling", "Outcome", "StepFailedError"]
 logger = logging.getLogger("xsm_celery.eda")
 
 _RAW_KEEP = 4096
+#: The narrowest store column a record's machine id goes to (Django's is 200 characters).
+_MACHINE_ID_KEEP = 200
+
+
+#: Store errors that say "try again later": the store is down, locked, or another writer
+#: won a race. Any other ``StoreError`` is the store refusing what it was given.
+_OUTAGES = (StoreUnavailableError, LockTimeoutError, ConflictError)
 
 
 class Outcome(enum.Enum):
@@ -107,10 +124,13 @@ class Handling:
         started = time.perf_counter()
         try:
             outcome = self._route()
-        except StoreError as exc:
+        except _OUTAGES as exc:
             self._release()
             logger.warning("envelope %s requeued: store unavailable: %s", self.env_id, exc)
             outcome = Outcome.REQUEUE
+        except StoreError as exc:
+            self._release()
+            outcome = self._refused(exc)
         except Exception as exc:
             self._release()
             outcome = self._failed(exc)
@@ -233,9 +253,27 @@ class Handling:
             return self._dead_letter(DeadLetterReason.MAX_ATTEMPTS.value, exc, attempts=attempts)
         logger.warning(
             "envelope %s failed (attempt %d of %d), requeued: %s",
-            self.env.id, attempts, self.d.max_attempts, exc,
+            self.env.id, attempts, self.d.max_attempts, self._masked(exc),
         )  # fmt: skip
         return Outcome.RETRY
+
+    def _masked(self, exc: BaseException) -> str:
+        """The error's message for a log line, with the envelope's secret values masked."""
+        data = self.env.data if self.env is not None else None
+        return mask_text(str(exc), secret_values(data))
+
+    def _refused(self, exc: StoreError) -> Outcome:
+        """A store refused what this envelope carries: it would be refused again, so give up.
+
+        It counts as an attempt, and is dead-lettered at once: a value too long for a column
+        or a context over the snapshot cap does not shrink on a redelivery.
+        """
+        if self.env is None:
+            logger.exception("dispatcher failed before the envelope was decoded")
+            return Outcome.REQUEUE
+        attempts = self.d.count_failure(self.env)
+        emit(FactKind.STORE_REFUSED, source="dispatcher", error_type=type(exc).__name__)
+        return self._dead_letter(DeadLetterReason.STORE_REFUSED.value, exc, attempts=attempts)
 
     def _record(self, reason: str, exc: BaseException, attempts: int | None) -> DeadLetter:
         env, machine = self.env, self.machine
@@ -276,7 +314,8 @@ class Handling:
         emit(FactKind.DEAD_LETTER_WRITTEN, source="dispatcher", reason=reason, topic=self.topic,
              machine=self.machine.id if self.machine is not None else None,
              envelope_id=self.env_id, stored=True)  # fmt: skip
-        logger.log(level, "envelope %s dead-lettered (%s): %s", self.env_id, reason, exc)
+        logger.log(level, "envelope %s dead-lettered (%s): %s", self.env_id, reason,
+                   self._masked(exc))  # fmt: skip
         return Outcome.DEAD_LETTERED
 
 
@@ -285,4 +324,5 @@ def _machine_id_of(env: Envelope | None) -> str:
     if env is None:
         return "unknown"
     parts = env.type.split(".")
-    return parts[1] if len(parts) >= 3 and parts[0] == "xsm" and parts[1] else env.type
+    found = parts[1] if len(parts) >= 3 and parts[0] == "xsm" and parts[1] else env.type
+    return found[:_MACHINE_ID_KEEP]

@@ -13,12 +13,14 @@ import inspect
 import itertools
 import logging
 import math
+import traceback
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from xsm_celery.engine.events import EngineEvent, Event
 from xsm_celery.engine.invoke import ActorRef, CallbackLogic
 from xsm_celery.engine.plugins import dispatch
+from xsm_celery.engine.redact import mask_text, secret_values
 from xsm_celery.errors import ImplementationMissingError, NotSupportedError
 
 if TYPE_CHECKING:
@@ -80,9 +82,14 @@ class EffectsMixin:
         error: Exception = exc
         if action.fn is None:
             error = ImplementationMissingError("action", action.type, path=action.path)
+        # The message is masked (a secret of the event or the context echoed in it, or a
+        # token shape), and the traceback's frames follow without the unmasked message.
+        secrets = secret_values([getattr(event, "payload", None), getattr(self, "context", None)])
         logger.error(
-            "machine %r: action %r raised on event %r; rest of its list skipped",
-            self.machine.id, action.type, event.type, exc_info=error,
+            "machine %r: action %r raised on event %r; rest of its list skipped: %s\n%s",
+            self.machine.id, action.type, event.type,
+            mask_text(f"{type(error).__name__}: {error}", secrets),
+            "".join(traceback.format_tb(error.__traceback__)).rstrip(),
         )  # fmt: skip
         self._record_error(error)
         if self._plugins:

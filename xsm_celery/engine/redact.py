@@ -2,6 +2,11 @@
 
 ``redact()`` masks values under secret-looking keys; ``public_context()`` drops the keys the
 library keeps for itself (``_xsm_`` prefix, such as the dead-letter error chain).
+
+Masking by key is not enough once a value has been copied into free text: ``raise
+ValueError(f"bad key {api_key}")`` puts the key into an error message. ``secret_values()``
+collects the values a redaction would mask, and ``mask_text()`` replaces them, and every
+well-known token shape (``TOKEN_PATTERNS``), wherever they appear in a message.
 """
 
 from __future__ import annotations
@@ -14,9 +19,13 @@ __all__ = [
     "DEFAULT_REDACT_KEYS",
     "PRIVATE_CONTEXT_PREFIX",
     "REDACTED",
+    "MIN_SECRET_LENGTH",
+    "TOKEN_PATTERNS",
     "is_private_context_key",
+    "mask_text",
     "public_context",
     "redact",
+    "secret_values",
 ]
 
 #: Context keys starting with this prefix belong to the library, not to the user.
@@ -100,3 +109,51 @@ def is_private_context_key(key: object) -> bool:
 def public_context(ctx: Mapping[str, Any]) -> dict[str, Any]:
     """The context without the library's private keys: what user-facing views should show."""
     return {k: v for k, v in ctx.items() if not is_private_context_key(k)}
+
+
+#: Shorter values are not searched for in text: masking every "1" or "ok" would garble it.
+MIN_SECRET_LENGTH = 4
+
+#: Credentials recognisable by their shape alone, masked in any message.
+TOKEN_PATTERNS: tuple[re.Pattern[str], ...] = (
+    re.compile(r"\b(?:sk|pk|rk|tok|whsec)_(?:live|test)_[A-Za-z0-9]{8,}"),
+    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"),
+    re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
+    re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+    re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}"),
+    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)"),
+    re.compile(r"(?i)\b(?:password|passwd|pwd|secret|token|api_?key)=[^\s&;,'\"]{4,}"),
+)
+
+
+def secret_values(value: Any, keys: Iterable[str] = DEFAULT_REDACT_KEYS) -> set[str]:
+    """Every string (or number) that ``redact(value, keys)`` would mask, at any depth."""
+    matcher = _DEFAULT_MATCHER if keys is DEFAULT_REDACT_KEYS else _Matcher(keys)
+    found: set[str] = set()
+    _collect(value, matcher, found, secret=False)
+    return {item for item in found if len(item) >= MIN_SECRET_LENGTH}
+
+
+def _collect(value: Any, matcher: _Matcher, found: set[str], *, secret: bool) -> None:
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            _collect(item, matcher, found, secret=secret or matcher.secret(key))
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _collect(item, matcher, found, secret=secret)
+    elif secret and isinstance(value, str | int | float) and not isinstance(value, bool):
+        found.add(str(value))
+
+
+def mask_text(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with each of ``secrets`` and every ``TOKEN_PATTERNS`` match replaced by ``***``.
+
+    Longer secrets are replaced first, so one that contains another is masked whole.
+    """
+    for secret in sorted(set(secrets), key=len, reverse=True):
+        if len(secret) >= MIN_SECRET_LENGTH and secret in text:
+            text = text.replace(secret, REDACTED)
+    for pattern in TOKEN_PATTERNS:
+        text = pattern.sub(REDACTED, text)
+    return text

@@ -22,6 +22,7 @@ from amqp.exceptions import MessageNacked
 from kombu import Connection, Consumer, Producer, Queue
 from kombu.exceptions import KombuError
 
+from xsm_celery.checks import positive_int
 from xsm_celery.eda import Delivery, Envelope
 from xsm_celery.eda.envelope import DEFAULT_MAX_ENVELOPE_BYTES
 from xsm_celery.errors import BrokerError, BrokerPublishError
@@ -107,8 +108,8 @@ class KombuBrokerAdapter:
             consume_options.setdefault("polling_interval", _REDIS_BRPOP_S)
         self._sub_conn: Connection = base.clone(transport_options=consume_options)
         self.partitioning = Partitioning(partitions, consume)
-        self.prefetch = _positive_int("prefetch", prefetch)
-        self.batch_size = _positive_int("batch_size", batch_size)
+        self.prefetch = positive_int("prefetch", prefetch)
+        self.batch_size = positive_int("batch_size", batch_size)
         self.retries = int(retries)
         self.queue_type = queue_type
         self.queue_arguments = dict(queue_arguments or {})
@@ -377,7 +378,3 @@ def _reconnect(connection: Connection, retries: int) -> None:
     ensure(max_retries=retries, interval_start=0.05, interval_step=0.25, interval_max=1.0)
 
 
-def _positive_int(name: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return value

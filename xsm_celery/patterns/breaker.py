@@ -29,6 +29,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
+from xsm_celery.checks import positive_int
 from xsm_celery.engine import Clock, SyncInterpreter, WallClock, create_machine
 from xsm_celery.errors import CircuitOpenError, InterpreterStoppedError
 from xsm_celery.hooks import FactKind, emit
@@ -48,12 +49,6 @@ CircuitState = Literal["closed", "open", "half_open"]
 
 #: Exceptions that mean "stop", not "the dependency failed": never counted, always re-raised.
 _NEVER_COUNTED = (KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError)
-
-
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return value
 
 
 def _rate(value: object) -> float | None:
@@ -108,16 +103,16 @@ class CircuitBreaker:
         failure_rate_threshold: float | None = None,
         window_size: int = 20,
     ) -> None:
-        max_calls = _positive_int("half_open_max_calls", half_open_max_calls)
+        max_calls = positive_int("half_open_max_calls", half_open_max_calls)
         config = copy.deepcopy(CIRCUIT_BREAKER_CONFIG)
         config["context"].update(
-            failure_threshold=_positive_int("failure_threshold", failure_threshold),
+            failure_threshold=positive_int("failure_threshold", failure_threshold),
             half_open_max_calls=max_calls,
             success_threshold=max_calls
             if success_threshold is None
-            else _positive_int("success_threshold", success_threshold),
+            else positive_int("success_threshold", success_threshold),
             failure_rate_threshold=_rate(failure_rate_threshold),
-            window_size=_positive_int("window_size", window_size),
+            window_size=positive_int("window_size", window_size),
         )
         if name is not None:
             if not isinstance(name, str) or not name:

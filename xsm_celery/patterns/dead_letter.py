@@ -24,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 from xsm_celery.ids import new_id
 
 __all__ = [
+    "PURGE_SCAN_LIMIT",
     "DeadLetter",
     "DeadLetterReason",
     "DeadLetterSink",
@@ -32,6 +33,7 @@ __all__ = [
     "MemoryDeadLetterStore",
     "check_cutoff",
     "check_limit",
+    "purge_resolved_older_than",
 ]
 
 logger = logging.getLogger(__name__)
@@ -56,6 +58,10 @@ class DeadLetterReason(str, enum.Enum):
     INSTANCE_DONE = "instance_done"
     IDEMPOTENCY_MISMATCH = "idempotency_mismatch"
     DEFERRED_TOO_LONG = "deferred_too_long"
+    #: A store refused a value the envelope carried (too long, over the snapshot cap).
+    STORE_REFUSED = "store_refused"
+    #: A chart task's attempt was killed by Celery's hard ``time_limit``, every attempt.
+    TIME_LIMIT = "time_limit"
 
 
 def _reason_value(value: str | DeadLetterReason) -> str:
@@ -352,3 +358,19 @@ class DeadLetterStore:
 
 #: The name the event-driven documents use for the same in-memory store.
 MemoryDeadLetterStore = DeadLetterStore
+
+
+#: Most records ``purge_resolved_older_than`` looks at in one call.
+PURGE_SCAN_LIMIT = 100_000
+
+
+def purge_resolved_older_than(store: Any, cutoff_wall: float) -> int:
+    """Delete the resolved records of ``store`` taken before ``cutoff_wall``; return how many.
+
+    Unresolved records are kept: nobody has looked at them yet, so deleting them by age alone
+    would lose work. ``store.purge_older_than`` deletes both, for an explicit request.
+    """
+    cutoff = check_cutoff(cutoff_wall)
+    records = store.list(limit=PURGE_SCAN_LIMIT, include_resolved=True)
+    old = [r.id for r in records if r.resolved_at is not None and r.taken_at < cutoff]
+    return sum(1 for record_id in old if store.delete(record_id))

@@ -14,15 +14,17 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS, redact
+from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS, mask_text, redact, secret_values
 from xsm_celery.patterns.dead_letter import DeadLetter
 
-__all__ = ["plain_json", "redact_record"]
+__all__ = ["mask_errors", "plain_json", "redact_record"]
 
 
 def redact_record(record: DeadLetter, keys: Iterable[str] = DEFAULT_REDACT_KEYS) -> DeadLetter:
     """Return ``record`` with its event, snapshot, envelope and task arguments redacted.
 
+    The values found under secret keys are also masked inside the error messages (where an
+    ``f"bad key {api_key}"`` copied them), and so is every well-known token shape.
     ``keys`` replaces the default list of secret-looking key fragments.
     """
     chosen = keys if keys is DEFAULT_REDACT_KEYS else tuple(keys)
@@ -30,14 +32,32 @@ def redact_record(record: DeadLetter, keys: Iterable[str] = DEFAULT_REDACT_KEYS)
     def mask(value: Any) -> Any:
         return None if value is None else redact(value, chosen)
 
+    secrets = secret_values(
+        [record.event, record.snapshot, record.envelope, record.task_args, record.task_kwargs],
+        chosen,
+    )
     return replace(
         record,
+        errors=mask_errors(record.errors, secrets),
         event=mask(record.event),
         snapshot=mask(record.snapshot),
         envelope=mask(record.envelope),
         task_args=mask(record.task_args),
         task_kwargs=mask(record.task_kwargs),
     )
+
+
+def mask_errors(errors: Iterable[Any], secrets: Iterable[str]) -> list[Any]:
+    """Error entries with ``secrets`` and token shapes masked in every text field."""
+    known = tuple(secrets)
+    masked: list[Any] = []
+    for entry in errors:
+        if isinstance(entry, dict):
+            masked.append({k: mask_text(v, known) if isinstance(v, str) else v
+                           for k, v in entry.items()})  # fmt: skip
+        else:
+            masked.append(entry)
+    return masked
 
 
 def plain_json(value: Any) -> Any:

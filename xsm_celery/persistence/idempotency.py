@@ -12,6 +12,7 @@ plugin does the same from its hooks for events that carry a key.
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 import threading
 import weakref
@@ -26,6 +27,7 @@ from xsm_celery.persistence.persisted import is_persisted
 __all__ = [
     "DEFAULT_IN_FLIGHT_TTL_S",
     "IDEMPOTENCY_KEY",
+    "MAX_SCOPE_LENGTH",
     "Admission",
     "AdmissionKind",
     "IdempotencyPlugin",
@@ -36,6 +38,8 @@ __all__ = [
 
 #: The payload field a plain ``send()`` carries its idempotency key in.
 IDEMPOTENCY_KEY = "idempotency_key"
+#: The longest inbox scope kept as it is: the narrowest inbox ``scope`` column (255).
+MAX_SCOPE_LENGTH = 255
 #: Seconds an in-flight claim lives: a consumer that crashed mid-event blocks no longer.
 DEFAULT_IN_FLIGHT_TTL_S = 300.0
 
@@ -114,8 +118,15 @@ class IdempotencyPlugin(PluginBase):
 
     @staticmethod
     def scope_for(principal: str, instance_key: str) -> str:
-        """Return the inbox scope of an instance as seen from one principal."""
-        return json.dumps([principal, instance_key], separators=(",", ":"))
+        """Return the inbox scope of an instance as seen from one principal.
+
+        A scope longer than an inbox key column (``MAX_SCOPE_LENGTH``) is replaced by its
+        SHA-256, so every principal and instance key an envelope may carry fits every inbox.
+        """
+        scope = json.dumps([principal, instance_key], separators=(",", ":"))
+        if len(scope) <= MAX_SCOPE_LENGTH:
+            return scope
+        return "sha256:" + hashlib.sha256(scope.encode("utf-8")).hexdigest()
 
     def admit(self, scope: str, key: str, fp: str) -> Admission:
         """Claim ``key`` for a new event, or say why it must not run now."""

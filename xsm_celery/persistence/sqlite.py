@@ -20,11 +20,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from xsm_celery.errors import ConflictError, LockTimeoutError, StoreError
+from xsm_celery.errors import ConflictError, LockTimeoutError, StoreError, StoreUnavailableError
 from xsm_celery.persistence.memory import DEFAULT_MAX_SNAPSHOT_BYTES, check_key, check_snapshot
 from xsm_celery.persistence.protocols import StoredSnapshot
 
-__all__ = ["SQLiteDatabase", "SQLiteStore", "create_private_file"]
+__all__ = ["SQLiteDatabase", "SQLiteStore", "create_private_file", "sqlite_error"]
 
 
 def create_private_file(path: str | os.PathLike[str]) -> None:
@@ -35,6 +35,22 @@ def create_private_file(path: str | os.PathLike[str]) -> None:
         return
     os.close(fd)
 
+
+
+def sqlite_error(what: str, path: str, exc: sqlite3.Error) -> StoreError:
+    """The ``StoreError`` for a failed SQLite statement: an outage, or the value refused.
+
+    ``OperationalError`` (file cannot be opened, disk I/O, locked) is the database being
+    unusable now, so it is ``StoreUnavailableError`` (``LockTimeoutError`` when locked);
+    anything else (a constraint, a value too big) is the statement refused.
+    """
+    message = f"SQLite {what} failed on {path!r}: {exc}"
+    if isinstance(exc, sqlite3.OperationalError):
+        text = str(exc)
+        if "locked" in text or "busy" in text:
+            return LockTimeoutError(message)
+        return StoreUnavailableError(message)
+    return StoreError(message)
 
 class SQLiteDatabase:
     """A thread-safe SQLite connection with nestable transactions.
@@ -57,7 +73,9 @@ class SQLiteDatabase:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.Error as exc:
-            raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+            raise StoreUnavailableError(
+                f"cannot open SQLite database {self.path!r}: {exc}"
+            ) from exc
         self._lock = threading.RLock()
         self._depth = 0
         self._owner: int | None = None
@@ -135,7 +153,7 @@ class SQLiteDatabase:
                     f"SQLite database {self.path!r} is locked by another process: {exc}"
                 ) from exc
             verb = sql.split(maxsplit=1)[0]
-            raise StoreError(f"SQLite {verb} failed on {self.path!r}: {exc}") from exc
+            raise StoreUnavailableError(f"SQLite {verb} failed on {self.path!r}: {exc}") from exc
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """Run a read and return every row."""
@@ -143,7 +161,7 @@ class SQLiteDatabase:
             try:
                 return self._conn.execute(sql, params).fetchall()
             except sqlite3.Error as exc:
-                raise StoreError(f"SQLite read failed on {self.path!r}: {exc}") from exc
+                raise sqlite_error("read", self.path, exc) from exc
 
     def write(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         """Run one write in the current transaction, or in its own one."""
@@ -151,7 +169,7 @@ class SQLiteDatabase:
             try:
                 return conn.execute(sql, params)
             except sqlite3.Error as exc:
-                raise StoreError(f"SQLite write failed on {self.path!r}: {exc}") from exc
+                raise sqlite_error("write", self.path, exc) from exc
 
     def write_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         """Run one statement per row in a single transaction."""
@@ -159,7 +177,7 @@ class SQLiteDatabase:
             try:
                 conn.executemany(sql, rows)
             except sqlite3.Error as exc:
-                raise StoreError(f"SQLite write failed on {self.path!r}: {exc}") from exc
+                raise sqlite_error("write", self.path, exc) from exc
 
     def script(self, sql: str) -> None:
         """Run a schema script (``CREATE ... IF NOT EXISTS`` statements) in a transaction."""
@@ -168,7 +186,7 @@ class SQLiteDatabase:
                 try:
                     conn.execute(statement)
                 except sqlite3.Error as exc:
-                    raise StoreError(f"SQLite schema failed on {self.path!r}: {exc}") from exc
+                    raise sqlite_error("schema", self.path, exc) from exc
 
     def columns(self, table: str) -> set[str]:
         """Return the column names of ``table`` (empty when it does not exist)."""

@@ -17,8 +17,8 @@ from typing import Any
 
 import redis
 
-from xsm_celery.errors import StoreUnavailableError
 from xsm_celery.persistence.protocols import InboxEntry
+from xsm_celery.redis.outages import redis_store_error
 
 __all__ = ["DEFAULT_PREFIX", "RedisInbox"]
 
@@ -137,6 +137,4 @@ class RedisInbox:
         try:
             return fn()
         except redis.RedisError as exc:
-            raise StoreUnavailableError(
-                f"Redis inbox unavailable during {what}: {exc}; the delivery is requeued"
-            ) from exc
+            raise redis_store_error(f"Redis inbox failed during {what}: {exc}", exc) from exc

@@ -26,6 +26,7 @@ from xsm_celery.patterns.dead_letter import DeadLetter, check_cutoff, check_limi
 from xsm_celery.patterns.dead_letter_redaction import plain_json, redact_record
 from xsm_celery.sqlalchemy._tables import audit_table, dead_letter_table, metadata
 from xsm_celery.sqlalchemy.connect import make_engine, safe_url
+from xsm_celery.sqlalchemy.outages import is_outage
 
 __all__ = ["SQLAlchemyDeadLetterStore", "current_actor", "dead_letter_metadata"]
 
@@ -228,8 +229,7 @@ def _translate_errors(engine: Engine, operation: str) -> Iterator[None]:
         yield
     except sa.exc.SQLAlchemyError as exc:
         detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-        unavailable = isinstance(exc, sa.exc.OperationalError | sa.exc.DatabaseError)
-        error_type = StoreUnavailableError if unavailable else StoreError
+        error_type = StoreUnavailableError if is_outage(exc) else StoreError
         raise error_type(
             f"dead-letter store {safe_url(engine)!r}: {operation} failed: {detail}; check "
             "the URL and that the database is reachable and is an xsm_celery dead-letter store"

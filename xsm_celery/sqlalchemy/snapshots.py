@@ -28,6 +28,7 @@ from xsm_celery.errors import (
 from xsm_celery.persistence.memory import DEFAULT_MAX_SNAPSHOT_BYTES, check_key, check_snapshot
 from xsm_celery.persistence.protocols import StoredSnapshot
 from xsm_celery.sqlalchemy.connect import SQLITE_BUSY_TIMEOUT_S, make_engine, safe_url
+from xsm_celery.sqlalchemy.outages import is_outage
 
 __all__ = ["SNAPSHOT_TABLE", "SQLAlchemyDatabase", "SQLAlchemyStore"]
 
@@ -121,19 +122,19 @@ class SQLAlchemyDatabase:
         """Turn a driver failure into the package's ``StoreError`` family."""
         try:
             yield
-        except sa.exc.OperationalError as exc:
-            code = getattr(exc.orig, "sqlstate", None)
-            text = str(exc.orig)
+        except sa.exc.SQLAlchemyError as exc:
+            if not is_outage(exc):
+                raise StoreError(
+                    f"database {safe_url(self.engine)!r} refused {what}: {exc}"
+                ) from exc
+            code = getattr(getattr(exc, "orig", None), "sqlstate", None)
+            text = str(getattr(exc, "orig", None) or exc)
             if code == _LOCK_NOT_AVAILABLE or "locked" in text:
                 raise LockTimeoutError(
                     f"{safe_url(self.engine)!r} stayed locked during {what}: {text}"
                 ) from exc
             raise StoreUnavailableError(
                 f"database {safe_url(self.engine)!r} is unreachable during {what}: {text}"
-            ) from exc
-        except sa.exc.SQLAlchemyError as exc:
-            raise StoreError(
-                f"database {safe_url(self.engine)!r} failed during {what}: {exc}"
             ) from exc
 
     def create(self, table: sa.Table) -> None:

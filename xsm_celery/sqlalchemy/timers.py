@@ -25,6 +25,7 @@ from xsm_celery.errors import StoreError, StoreUnavailableError
 from xsm_celery.ids import new_id
 from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, DueTimer
 from xsm_celery.sqlalchemy.connect import make_engine, safe_url
+from xsm_celery.sqlalchemy.outages import is_outage
 
 __all__ = [
     "MARKER_TABLE",
@@ -80,11 +81,12 @@ def _guard(engine: Engine, what: str) -> Iterator[None]:
     """Turn a driver failure into the package's ``StoreError`` family."""
     try:
         yield
-    except sa.exc.OperationalError as exc:
-        raise StoreUnavailableError(
-            f"timer store {safe_url(engine)!r} is unreachable during {what}: {exc.orig}"
-        ) from exc
     except sa.exc.SQLAlchemyError as exc:
+        if is_outage(exc):
+            raise StoreUnavailableError(
+                f"timer store {safe_url(engine)!r} is unreachable during {what}: "
+                f"{getattr(exc, 'orig', None) or exc}"
+            ) from exc
         raise StoreError(f"timer store {safe_url(engine)!r} failed during {what}: {exc}") from exc
 
 

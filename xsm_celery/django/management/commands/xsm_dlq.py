@@ -20,7 +20,7 @@ from django.core.management.base import BaseCommand, CommandError
 from xsm_celery.django.operations import DeadLetterOperations
 from xsm_celery.django.stores import DjangoDeadLetterStore
 from xsm_celery.errors import XsmError
-from xsm_celery.patterns.dead_letter import DeadLetter
+from xsm_celery.patterns.dead_letter import DeadLetter, purge_resolved_older_than
 
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
@@ -70,6 +70,8 @@ class Command(BaseCommand):
         purge = sub.add_parser("purge", help="Delete dead letters (audited).")
         purge.add_argument("--older-than", help="Age such as 90s, 15m, 12h, 30d, 2w.")
         purge.add_argument("--id", dest="record_id", help="Delete this one record.")
+        purge.add_argument("--include-unresolved", action="store_true",
+                           help="With --older-than, delete unresolved records too.")
         for acting in (replay, resolve, purge):
             acting.add_argument("--yes", action="store_true", help="Confirm.")
             acting.add_argument("--reason", help="Why (kept in the audit row).")
@@ -181,9 +183,13 @@ class Command(BaseCommand):
         age = parse_age(older) if older is not None else None
         reason, actor = self._guard(options, "purge")
         if age is not None:
-            deleted = store.purge_older_than(time.time() - age)
+            cutoff = time.time() - age
+            if options.get("include_unresolved"):
+                deleted, which = store.purge_older_than(cutoff), ""
+            else:
+                deleted, which = purge_resolved_older_than(store, cutoff), " resolved"
             store.audit(PURGE_ALL, "purge", actor=actor, reason=reason,
-                        outcome=f"deleted {deleted} record(s) older than {older}")
+                        outcome=f"deleted {deleted}{which} record(s) older than {older}")
         else:
             assert record_id is not None
             if not self.ops.purge(record_id, actor=actor, reason=reason):

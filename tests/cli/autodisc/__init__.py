@@ -1,0 +1,1 @@
+"""A package whose ``tasks`` module only ``app.autodiscover_tasks`` imports."""

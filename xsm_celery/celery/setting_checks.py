@@ -1,0 +1,180 @@
+"""The type and range of every ``xsm_*`` setting, checked when the settings are read.
+
+A setting that cannot work must stop the worker at start, with the fix in the message, not
+misbehave at the first retry or give-up: ``xsm_timer_batch=0.5`` truncated to 0 left every
+long retry in the timer table, ``xsm_marker_ttl_s=1e30`` made Redis refuse every marker, a
+store URL with an unknown scheme failed only when the first task gave up. Store values are
+parsed here too (scheme, or the methods an object must have), without opening anything.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from xsm_celery.checks import key_names
+from xsm_celery.errors import ConfigurationError
+
+__all__ = [
+    "DEFAULT_VISIBILITY_TIMEOUT_S",
+    "FIELD_CHECKS",
+    "MAX_MARKER_TTL_S",
+    "MAX_TIMER_BATCH",
+    "STORE_SCHEMES",
+    "check_countdown_against_broker",
+    "check_markers_mode",
+    "count",
+    "names",
+    "seconds",
+    "store",
+    "text",
+]
+
+#: Longest attempt-marker lifetime: ten years, far inside what Redis accepts for an expiry.
+MAX_MARKER_TTL_S = 10 * 365 * 86_400.0
+#: Most due timers one Beat tick may publish; a tick must finish well inside its interval.
+MAX_TIMER_BATCH = 100_000
+#: The visibility timeout kombu's Redis and SQS transports use when none is configured.
+DEFAULT_VISIBILITY_TIMEOUT_S = 3600.0
+
+#: The URL schemes each kind of store accepts; ``django`` is the bare value ``"django"``
+#: or ``django://<database alias>``.
+STORE_SCHEMES: Mapping[str, tuple[str, ...]] = {
+    "dead_letters": ("memory", "sqlite", "postgresql", "postgres", "django"),
+    "timers": ("sqlite", "postgresql", "postgres", "django"),
+    "markers": ("redis", "rediss", "memory", "sqlite", "postgresql", "postgres"),
+    "outbox": ("sqlite", "postgresql", "postgres", "django"),
+}
+#: The methods a store object given instead of a URL must have.
+_METHODS: Mapping[str, tuple[str, ...]] = {
+    "dead_letters": ("put",),
+    "timers": ("schedule", "claim", "delete"),
+    "markers": ("mark", "started"),
+    "outbox": ("add", "claim"),
+}
+
+
+def _refuse(key: str, value: object, must: str) -> ConfigurationError:
+    return ConfigurationError(f"setting {key}={value!r} {must}; fix it or remove it")
+
+
+def _number(key: str, value: object) -> float:
+    if isinstance(value, bool):
+        raise _refuse(key, value, "must be a number, not a bool")
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise _refuse(key, value, "must be a number") from None
+
+
+def seconds(key: str, value: object, *, high: float = math.inf) -> float:
+    """A finite number of seconds in ``(0, high]``; numeric strings are parsed."""
+    number = _number(key, value)
+    if not (math.isfinite(number) and 0 < number <= high):
+        bound = "" if high == math.inf else f" and at most {high:g}"
+        raise _refuse(key, value, f"must be a finite number of seconds greater than 0{bound}")
+    return number
+
+
+def count(key: str, value: object, *, high: int) -> int:
+    """A whole number in ``[1, high]``; ``50.0`` and ``"50"`` are 50, ``0.5`` is refused."""
+    number = _number(key, value)
+    if not (math.isfinite(number) and number == int(number) and 1 <= number <= high):
+        raise _refuse(key, value, f"must be a whole number from 1 to {high}")
+    return int(number)
+
+
+def names(key: str, value: object) -> tuple[str, ...]:
+    """A list of key names."""
+    try:
+        return key_names(f"setting {key}", value)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+
+
+def text(key: str, value: object) -> str:
+    """A non-empty string."""
+    if not isinstance(value, str) or not value:
+        raise _refuse(key, value, "must be a non-empty string")
+    return value
+
+
+def _scheme(url: str) -> str:
+    if url == "django":
+        return "django"
+    return urlsplit(url).scheme.split("+", 1)[0].lower()
+
+
+def store(key: str, value: object, kind: str) -> Any:
+    """A store URL whose scheme this kind of store knows, or an object with its methods."""
+    schemes = STORE_SCHEMES[kind]
+    if isinstance(value, str):
+        if _scheme(value) not in schemes or ("://" not in value and value != "django"):
+            raise _refuse(
+                key, value, f"is not a store URL this setting accepts (schemes: "
+                f"{', '.join(schemes)}; for example sqlite:///xsm_celery.db)"
+            )  # fmt: skip
+        return value
+    missing = [m for m in _METHODS[kind] if not callable(getattr(value, m, None))]
+    if missing:
+        raise _refuse(
+            key, value, f"is neither a URL nor a store object (it has no {', '.join(missing)}())"
+        )
+    return value
+
+
+def check_markers_mode(markers: object, conf: Mapping[str, Any]) -> None:
+    """Refuse ``memory://`` markers outside eager mode (or an in-process ``memory://`` broker).
+
+    A prefork worker's children each have their own memory, and a killed child takes its
+    markers with it, so a task that kills its worker would never be counted and loop for ever.
+    """
+    if isinstance(markers, str) and _scheme(markers) == "memory" and not _eager(conf):
+        raise ConfigurationError(
+            f"setting xsm_attempt_markers={markers!r} keeps markers in one process, which a "
+            "real worker loses when a child dies; give a redis:// or database URL, or remove "
+            "the setting (memory:// works only with task_always_eager=True or a memory:// broker)"
+        )
+
+
+def _eager(conf: Mapping[str, Any]) -> bool:
+    """Eager mode, or kombu's in-memory broker, which only this one process can consume."""
+    broker = conf.get("broker_url")
+    in_process = isinstance(broker, str) and _scheme(broker) == "memory"
+    return bool(conf.get("task_always_eager")) or in_process
+
+
+def check_countdown_against_broker(countdown_max_s: float, conf: Mapping[str, Any]) -> None:
+    """Refuse a countdown the broker would redeliver before it runs (Redis and SQS).
+
+    Those transports redeliver a message unacknowledged past the visibility timeout, and a
+    message waiting for its countdown is unacknowledged, so a longer countdown runs twice.
+    """
+    broker = conf.get("broker_url") or ""
+    if not isinstance(broker, str) or _scheme(broker) not in ("redis", "rediss", "sqs"):
+        return
+    options = conf.get("broker_transport_options") or {}
+    raw = options.get("visibility_timeout", DEFAULT_VISIBILITY_TIMEOUT_S)
+    visibility = _number("broker_transport_options['visibility_timeout']", raw)
+    if countdown_max_s >= visibility:
+        raise ConfigurationError(
+            f"setting xsm_timer_countdown_max_s={countdown_max_s:g} is not below the broker's "
+            f"visibility timeout ({visibility:g} s), so a retry waiting that long would be "
+            "redelivered and run twice; lower xsm_timer_countdown_max_s or raise "
+            "broker_transport_options['visibility_timeout']"
+        )
+
+
+#: How each field of ``XsmSettings`` is checked: ``(setting key, value) -> parsed value``.
+FIELD_CHECKS: Mapping[str, Callable[[str, Any], Any]] = {
+    "dead_letter_store": lambda k, v: store(k, v, "dead_letters"),
+    "timer_store": lambda k, v: store(k, v, "timers"),
+    "timer_countdown_max_s": seconds,
+    "timer_batch": lambda k, v: count(k, v, high=MAX_TIMER_BATCH),
+    "attempt_markers": lambda k, v: store(k, v, "markers"),
+    "marker_ttl_s": lambda k, v: seconds(k, v, high=MAX_MARKER_TTL_S),
+    "redact_keys": names,
+    "dead_letter_spool": text,
+}
