@@ -14,6 +14,7 @@ import pytest
 from celery import Celery
 
 from xsm_celery.celery.execute import _lost_attempt
+from xsm_celery.celery.header import ChartHeader
 from xsm_celery.celery.markers import (
     BackendAttemptMarkers,
     MemoryAttemptMarkers,
@@ -90,7 +91,8 @@ def fake_task(task_id: str) -> Any:
     return SimpleNamespace(name="shop.charge", request=SimpleNamespace(id=task_id))
 
 
-SNAPSHOT_AFTER_ONE_FAILURE = '{"context": {"attempt": 1}}'
+#: What the checked header of a message carrying attempt 1's failure says.
+SNAPSHOT_AFTER_ONE_FAILURE = ChartHeader(snapshot={"context": {"attempt": 1}}, attempt=1, same_structure=True)
 
 
 def test_a_redelivery_whose_attempt_started_is_a_lost_attempt() -> None:

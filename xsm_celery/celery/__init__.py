@@ -21,7 +21,7 @@ except ImportError as exc:
 from xsm_celery.celery.app import RELAY_OUTBOX_TASK, Xsm
 from xsm_celery.celery.charts import DEFAULT_CHART, load_chart
 from xsm_celery.celery.consumer import DispatcherStep, install_dispatcher
-from xsm_celery.celery.execute import HEADER
+from xsm_celery.celery.header import HEADER
 from xsm_celery.celery.markers import AttemptMarkers, MemoryAttemptMarkers
 from xsm_celery.celery.relay import install_relay, relay_outbox
 from xsm_celery.celery.replay import TaskReplayResult, replay_task

@@ -1,4 +1,4 @@
-"""Carry out one run of a chart task: read the message, step the chart, act on the outcome.
+"""Carry out one run of a chart task: read the message, step the chart, act on the settled.
 
 Everything that can be computed once per task (the machine, the policy, the settings, the
 function's signature) is in ``Bound``; a run only reads the ``xsm_chart`` header, writes the
@@ -18,15 +18,17 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, assert_never
 
 from celery.exceptions import Retry
 
-from xsm_celery.celery.attempt import Outcome, Run, run_chart
+from xsm_celery.celery.attempt import Run, Settled, Verdict, run_chart
 from xsm_celery.celery.dead_letters import DeadLetterWriter, TaskFailure
+from xsm_celery.celery.header import HEADER, ChartHeader, HeaderCodec
 from xsm_celery.celery.settings import XsmSettings
 from xsm_celery.celery.stores import stores_for
 from xsm_celery.celery.timers import schedule_retry
+from xsm_celery.engine import Machine
 from xsm_celery.errors import TaskGaveUp, WorkerLost
 from xsm_celery.patterns import RetryPolicy
 
@@ -34,17 +36,15 @@ __all__ = ["HEADER", "Bound", "execute"]
 
 logger = logging.getLogger(__name__)
 
-#: The message header that carries the chart snapshot between runs.
-HEADER = "xsm_chart"
-
 
 @dataclass(frozen=True)
 class Bound:
     """A chart task's per-process constants, built when Celery binds the task."""
 
     app: Any
-    machine: Any
+    machine: Machine
     policy: RetryPolicy
+    codec: HeaderCodec
     settings: XsmSettings
     signature: inspect.Signature | None
     redact_keys: tuple[str, ...] | None
@@ -60,21 +60,24 @@ class Bound:
 def execute(task: Any, bound: Bound, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     """Run one attempting step for ``task`` and return, retry or fail as the chart says."""
     request = task.request
-    snapshot = (request.headers or {}).get(HEADER)
+    header = bound.codec.decode(request.headers)
     run = Run(call=functools.partial(task.run, *args, **kwargs))
     if not request.is_eager:
         markers = stores_for(bound.app).markers()
         run.mark = functools.partial(markers.mark, request.id)
         if (request.delivery_info or {}).get("redelivered"):
-            run.lost = _lost_attempt(task, markers, snapshot)
-    outcome = run_chart(bound.machine, snapshot, run)
-    if outcome.kind == "done":
+            run.lost = _lost_attempt(task, markers, header)
+    settled = run_chart(bound.machine, header, run, bound.codec.reject)
+    verdict = settled.verdict
+    if verdict is Verdict.DONE:
         return run.result
-    if outcome.kind == "control":
+    if verdict is Verdict.CONTROL:
         raise _control(run)
-    if outcome.kind == "give_up":
-        raise _give_up(task, bound, outcome, args, kwargs)
-    raise _retry(task, bound, outcome, args, kwargs)
+    if verdict is Verdict.GIVE_UP:
+        raise _give_up(task, bound, settled, args, kwargs)
+    if verdict is Verdict.RETRY:
+        raise _retry(task, bound, settled, args, kwargs)
+    assert_never(verdict)
 
 
 def _control(run: Run) -> BaseException:
@@ -82,9 +85,9 @@ def _control(run: Run) -> BaseException:
     return run.control
 
 
-def _lost_attempt(task: Any, markers: Any, snapshot: str | None) -> BaseException | None:
+def _lost_attempt(task: Any, markers: Any, header: ChartHeader | None) -> BaseException | None:
     """A ``WorkerLost`` if this redelivered message's attempt had started, else None."""
-    attempt = _attempt_in(snapshot) + 1
+    attempt = (0 if header is None else header.attempt) + 1
     try:
         started = markers.started(task.request.id)
     except Exception:
@@ -104,20 +107,10 @@ def _lost_attempt(task: Any, markers: Any, snapshot: str | None) -> BaseExceptio
     )
 
 
-def _attempt_in(snapshot: str | None) -> int:
-    if snapshot is None:
-        return 0
-    try:
-        value = json.loads(snapshot).get("context", {}).get("attempt", 0)
-        return int(value)
-    except (ValueError, TypeError, AttributeError):
-        return 0
-
-
 def _give_up(
-    task: Any, bound: Bound, outcome: Outcome, args: Sequence[Any], kwargs: Mapping[str, Any]
+    task: Any, bound: Bound, settled: Settled, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> BaseException:
-    run, machine = outcome.run, bound.machine
+    run, machine = settled.run, bound.machine
     error = run.error
     bound.writer.write(
         TaskFailure(
@@ -129,9 +122,9 @@ def _give_up(
             machine_id=str(machine.id),
             machine_hash=str(machine.structure_hash),
             machine_version=machine.version,
-            state_id=str(outcome.state_id),
+            state_id=str(settled.state_id),
             event_type=_event_type(machine),
-            snapshot=json.loads(outcome.interpreter.get_snapshot()),
+            snapshot=json.loads(settled.interpreter.get_snapshot()),
             error=error,
             retryable=error is None or bound.policy.should_retry(error),
         )
@@ -139,12 +132,12 @@ def _give_up(
     if error is None:
         return TaskGaveUp(
             f"task {task.name}[{task.request.id}] entered dead-letter state "
-            f"{outcome.state_id!r} without an error; its dead letter is in the store"
+            f"{settled.state_id!r} without an error; its dead letter is in the store"
         )
     return error
 
 
-def _event_type(machine: Any) -> str:
+def _event_type(machine: Machine) -> str:
     for invoke in machine.invokes:
         if invoke.src == "work":
             return str(invoke.error_type)
@@ -152,12 +145,12 @@ def _event_type(machine: Any) -> str:
 
 
 def _retry(
-    task: Any, bound: Bound, outcome: Outcome, args: Sequence[Any], kwargs: Mapping[str, Any]
+    task: Any, bound: Bound, settled: Settled, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> BaseException:
-    assert outcome.delay_ms is not None
-    delay_s = outcome.delay_ms / 1000.0
-    headers = {HEADER: outcome.interpreter.get_snapshot()}
-    error = outcome.run.error
+    assert settled.delay_ms is not None
+    delay_s = settled.delay_ms / 1000.0
+    headers = bound.codec.encode(settled.interpreter.get_snapshot())
+    error = settled.run.error
     if delay_s <= bound.settings.timer_countdown_max_s:
         result: BaseException = task.retry(countdown=delay_s, exc=error, headers=headers)
         return result

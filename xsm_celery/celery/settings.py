@@ -46,7 +46,7 @@ DEFAULT_TIMER_BATCH = 500
 
 _PREFIX = "xsm_"
 #: Modules that call ``register_keys`` for the settings they read.
-_REGISTRARS = ("xsm_celery.celery.relay", "xsm_celery.celery.consumer")
+_REGISTRARS = ("xsm_celery.celery.relay", "xsm_celery.celery.consumer", "xsm_celery.celery.header")
 _registered: set[str] = set()
 _cache: weakref.WeakKeyDictionary[Any, XsmSettings] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()

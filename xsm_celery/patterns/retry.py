@@ -192,6 +192,15 @@ class RetryPolicy:
             delays={f"{prefix}Delay": self._delay(keys)},
         )
 
+    def context_keys(self, attempt_key: str = "attempt") -> tuple[str, str, str]:
+        """The context keys :meth:`logic` reads and writes for ``attempt_key``.
+
+        The counter, the previous delay and the private give-up mark: what a chart task may
+        carry between runs on behalf of its policy (see ``xsm_celery.celery.header``).
+        """
+        keys = _Keys(attempt_key)
+        return (keys.attempt, keys.delay, keys.give_up)
+
     def _delay(self, keys: _Keys) -> Callable[[dict[str, Any], Any], float]:
         def delay(ctx: dict[str, Any], event: Any) -> float:
             if ctx.get(keys.give_up):
