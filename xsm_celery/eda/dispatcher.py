@@ -26,6 +26,7 @@ from xsm_celery.engine import Machine
 from xsm_celery.engine.clock import Clock
 from xsm_celery.persistence.idempotency import IdempotencyPlugin
 from xsm_celery.persistence.locks import OptimisticLock
+from xsm_celery.persistence.protocols import Inbox, LockStrategy, StateStore
 
 __all__ = [
     "DEFAULT_BATCH",
@@ -123,12 +124,12 @@ class InboundDispatcher:
 
     def __init__(
         self,
-        store: Any,
+        store: StateStore,
         machine_for_type: Mapping[str, Machine] | Callable[[str], Machine | None],
         *,
-        lock: Any = None,
+        lock: LockStrategy | None = None,
         plugins: Iterable[Any] = (),
-        inbox: Any = None,
+        inbox: Inbox | None = None,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         dead_letters: Any = None,

@@ -26,7 +26,13 @@ from typing import Any
 from xsm_celery.engine import Machine, SimulatedClock
 from xsm_celery.ids import new_id
 from xsm_celery.persistence.persisted import persisted
-from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, DueTimer
+from xsm_celery.persistence.protocols import (
+    DEFAULT_CLAIM_LEASE_S,
+    DueTimer,
+    LockStrategy,
+    StateStore,
+    TimerStore,
+)
 
 __all__ = ["DueTimerScanner", "DurableTimers", "MemoryTimerStore", "ScanResult", "deadlines_of"]
 
@@ -127,10 +133,10 @@ class DurableTimers:
     that share a transaction).
     """
 
-    def __init__(self, timers: Any) -> None:
+    def __init__(self, timers: TimerStore) -> None:
         self.timers = timers
 
-    def on_persist(self, interp: Any, store: Any) -> None:
+    def on_persist(self, interp: Any, store: StateStore) -> None:
         """Rewrite the timer rows of the instance just saved."""
         key = str(interp.store_key)
         self.timers.delete_key(key)
@@ -176,11 +182,11 @@ class DueTimerScanner:
 
     def __init__(
         self,
-        store: Any,
+        store: StateStore,
         machines: Machine | Mapping[str, Machine] | Iterable[Machine],
         *,
-        timers: Any = None,
-        lock: Any = None,
+        timers: TimerStore | None = None,
+        lock: LockStrategy | None = None,
         plugins: Iterable[Any] = (),
         batch: int = 100,
         owner: str | None = None,
@@ -233,7 +239,7 @@ class DueTimerScanner:
                 result.failed.append(key)
                 continue
             result.woken.append(key)
-        if claimed:
+        if claimed and self.timers is not None:
             self.timers.release([t.id for t in claimed if t.key in result.failed], self.owner)
         return result
 

@@ -19,15 +19,18 @@ from xsm_celery.sqlalchemy.dead_letters import SQLAlchemyDeadLetterStore
 from xsm_celery.sqlalchemy.inbox import SQLAlchemyInbox
 from xsm_celery.sqlalchemy.outbox import LEASE_COLUMNS, SQLAlchemyOutboxStore
 from xsm_celery.sqlalchemy.snapshots import SQLAlchemyDatabase, SQLAlchemyStore
+from xsm_celery.sqlalchemy.timers import SQLAlchemyAttemptMarkers, SQLAlchemyTimerStore
 from xsm_celery.sqlalchemy.urls import open_dead_letter_store
 
 __all__ = [
     "LEASE_COLUMNS",
+    "SQLAlchemyAttemptMarkers",
     "SQLAlchemyDatabase",
     "SQLAlchemyDeadLetterStore",
     "SQLAlchemyInbox",
     "SQLAlchemyOutboxStore",
     "SQLAlchemyStore",
+    "SQLAlchemyTimerStore",
     "make_engine",
     "open_dead_letter_store",
 ]
