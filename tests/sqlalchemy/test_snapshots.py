@@ -21,7 +21,6 @@ from sqlalchemy.engine import Engine
 
 from tests.persistence.store_contract import StateStoreContract
 from xsm_celery.errors import ConflictError, LockTimeoutError, StoreError
-from xsm_celery.persistence.protocols import StateStore
 from xsm_celery.sqlalchemy.connect import make_engine
 from xsm_celery.sqlalchemy.snapshots import SQLAlchemyDatabase, SQLAlchemyStore, advisory_key
 
@@ -63,11 +62,6 @@ def store(database: Database) -> SQLAlchemyStore:
 
 class TestSQLAlchemyStoreContract(StateStoreContract):
     """SQLAlchemyStore keeps the snapshot store contract on SQLite and PostgreSQL."""
-
-
-def test_store_satisfies_the_state_store_protocol(store: SQLAlchemyStore) -> None:
-    """SQLAlchemyStore is a StateStore as persistence.protocols defines it."""
-    assert isinstance(store, StateStore)
 
 
 def test_save_and_load_round_trip_with_growing_versions(store: SQLAlchemyStore) -> None:
