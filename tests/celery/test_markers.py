@@ -45,9 +45,21 @@ def test_a_redis_broker_keeps_markers_in_redis(redis_url: str) -> None:
 
 
 def test_rabbitmq_with_a_redis_backend_uses_the_backends_redis(redis_url: str) -> None:
-    """An AMQP broker with a Redis result backend puts the markers in that Redis."""
+    """An AMQP broker with a Redis result backend puts the markers in that very Redis."""
+    import redis
+
     app = app_with(broker_url="amqp://guest@127.0.0.1//", result_backend=redis_url)
-    assert isinstance(open_attempt_markers(app, None, None, 60), RedisAttemptMarkers)
+    markers = open_attempt_markers(app, None, None, 60)
+    task_id = uuid.uuid4().hex
+    markers.mark(task_id, 3)
+    markers.flush()  # type: ignore[attr-defined]
+    backend = redis.Redis.from_url(redis_url)
+    try:
+        assert backend.get(f"xsm:attempt:{task_id}") == b"3"
+        assert 0 < backend.ttl(f"xsm:attempt:{task_id}") <= 60
+    finally:
+        backend.delete(f"xsm:attempt:{task_id}")
+        backend.close()
 
 
 def test_a_key_value_backend_is_used_through_celery(tmp_path: Path) -> None:
