@@ -141,6 +141,10 @@ class RetryPolicy:
     def delay_ms(self, attempt: int, *, previous_ms: float | None = None) -> float:
         """The wait in ms before the next attempt, after attempt number ``attempt`` failed.
 
+        Every chart retry computes one, so the common case (an int attempt, a float draw in
+        range) is written out here; anything unusual takes the checked path of
+        :meth:`exponential_ms`, ``check_draw`` and ``apply_jitter``, with the same result.
+
         Args:
             attempt: The 1-based number of the attempt that failed.
             previous_ms: The previous delay, for ``decorrelated`` (``base_ms`` when None).
@@ -148,14 +152,52 @@ class RetryPolicy:
         Raises:
             ValueError: ``attempt`` < 1, or the rng returned a value outside ``[0, 1]``.
         """
-        exp = self.exponential_ms(attempt)
-        if self.jitter is Jitter.NONE:
+        if type(attempt) is not int or attempt < 1:
+            return self._checked_delay(attempt, previous_ms)
+        base = self.base_ms
+        if base == 0.0:
+            exp = 0.0
+        else:
+            try:
+                exp = base * self.factor ** (attempt - 1)
+            except OverflowError:
+                exp = self.max_ms
+            exp = min(exp, self.max_ms)
+        jitter = self.jitter
+        if jitter is Jitter.NONE:
             return exp
-        draw = check_draw(self.rng())
+        draw = self.rng()
+        if type(draw) is not float or not 0.0 <= draw <= 1.0 or exp == math.inf:
+            return self._checked_delay(attempt, previous_ms, exp, draw)
+        if jitter is Jitter.FULL:
+            return draw * exp
+        if jitter is Jitter.EQUAL:
+            half = exp / 2.0
+            return half + draw * half
+        previous = base if previous_ms is None else float(previous_ms)
+        return apply_jitter(
+            jitter, exp, draw, base_ms=base, cap_ms=self.max_ms, previous_ms=previous
+        )
+
+    def _checked_delay(
+        self,
+        attempt: int,
+        previous_ms: float | None,
+        exp: float | None = None,
+        draw: object = None,
+    ) -> float:
+        """``delay_ms`` with every argument and draw validated (the uncommon inputs)."""
+        if exp is None:
+            exp = self.exponential_ms(attempt)
+            if self.jitter is Jitter.NONE:
+                return exp
+            draw = self.rng()
+        checked = check_draw(draw)  # type: ignore[arg-type]
         previous = self.base_ms if previous_ms is None else float(previous_ms)
         return apply_jitter(
-            self.jitter, exp, draw, base_ms=self.base_ms, cap_ms=self.max_ms, previous_ms=previous
-        )
+            self.jitter, exp, checked, base_ms=self.base_ms, cap_ms=self.max_ms,
+            previous_ms=previous,
+        )  # fmt: skip
 
     def should_retry(self, error: object) -> bool:
         """Whether a failure with ``error`` is worth another attempt, by its type alone.
