@@ -9,9 +9,7 @@ producer or a plugin configured with a shorter key list.
 
 from __future__ import annotations
 
-import asyncio
 import builtins
-import inspect
 import json
 import logging
 import os
@@ -21,6 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from xsm_celery.eda.envelope import Envelope, EnvelopeTooLargeError
+from xsm_celery.engine.awaiting import finish
 from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS
 from xsm_celery.patterns.dead_letter import DeadLetter, check_cutoff, check_limit
 from xsm_celery.patterns.dead_letter_redaction import redact_record
@@ -239,16 +238,7 @@ class BrokerDeadLetterSink:
         return env
 
     def _publish(self, env: Envelope) -> None:
-        result = self.broker.publish(self.topic, env)
-        if not inspect.isawaitable(result):
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            asyncio.run(_await(result))
-            return
-        task = loop.create_task(_await(result))
-        task.add_done_callback(_log_failure)
+        finish(self.broker.publish(self.topic, env), "publishing a dead letter")
 
     def __getattr__(self, name: str) -> Any:
         if (
@@ -269,10 +259,3 @@ class BrokerDeadLetterSink:
         raise AttributeError(name)
 
 
-async def _await(value: Any) -> Any:
-    return await value
-
-
-def _log_failure(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        logger.error("publishing a dead letter failed", exc_info=task.exception())

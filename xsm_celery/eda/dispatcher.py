@@ -18,11 +18,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from xsm_celery.eda.broker import Delivery, maybe_await
+from xsm_celery.eda.broker import Delivery
 from xsm_celery.eda.envelope import Envelope, default_event_name
 from xsm_celery.eda.handling import Handling, Outcome
 from xsm_celery.eda.outbox import collect_publishes
 from xsm_celery.engine import Machine
+from xsm_celery.engine.awaiting import finish, maybe_await
 from xsm_celery.engine.clock import Clock
 from xsm_celery.persistence.idempotency import IdempotencyPlugin
 from xsm_celery.persistence.locks import OptimisticLock
@@ -222,7 +223,7 @@ class InboundDispatcher:
         with collect_publishes() as pending:
             result = Handling(self, raw, topic).run()
         for item in pending:
-            _run_coroutine(item)
+            finish(item, "outbox publish")
         if result[1] is Outcome.REQUEUE:
             self.excuse(result[0])
         return result
@@ -381,19 +382,3 @@ async def _settle(settle: Callable[..., Any], delivery: Delivery, **options: Any
         logger.exception(_SETTLE_FAILED, _envelope_id(delivery))
 
 
-def _run_coroutine(item: Any) -> None:
-    """Finish an async publish started from the blocking loop (no loop runs on this thread)."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        asyncio.run(_await(item))
-        return
-    _background.add(task := loop.create_task(_await(item)))
-    task.add_done_callback(_background.discard)
-
-
-_background: set[asyncio.Task[Any]] = set()
-
-
-async def _await(item: Any) -> Any:
-    return await item

@@ -13,7 +13,6 @@ broker publishes them after the save committed.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import inspect
@@ -25,6 +24,7 @@ from typing import Any, NamedTuple
 
 from xsm_celery.eda.envelope import Envelope
 from xsm_celery.engine import Machine, PluginBase, public_context, redact
+from xsm_celery.engine.awaiting import finish
 from xsm_celery.engine.chart import StateNode, Transition
 from xsm_celery.persistence.persisted import is_persisted
 
@@ -306,19 +306,4 @@ def _settle(result: Any) -> None:
     if pending is not None:
         pending.append(result)
         return
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        asyncio.run(_await(result))
-        return
-    task = loop.create_task(_await(result))
-    task.add_done_callback(_report)
-
-
-async def _await(value: Awaitable[Any]) -> Any:
-    return await value
-
-
-def _report(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        logger.error("outbox publish failed", exc_info=task.exception())
+    finish(result, "outbox publish")
