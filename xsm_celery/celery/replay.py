@@ -9,7 +9,6 @@ place of a card token would only fail again, or worse, succeed with the wrong va
 
 from __future__ import annotations
 
-import getpass
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +17,7 @@ from celery.utils import uuid
 
 from xsm_celery.engine.redact import REDACTED
 from xsm_celery.errors import ReplayRefusedError
+from xsm_celery.operators import current_actor
 
 __all__ = ["TaskReplayResult", "replay_task"]
 
@@ -74,7 +74,7 @@ def replay_task(
     app.send_task(name, args=args, kwargs=kwargs, task_id=task_id)
     store.mark_resolved(record_id, time.time())
     outcome = f"sent {name} as task {task_id}"
-    store.audit(record_id, "replay", actor=actor or _login(), reason=reason, outcome=outcome)
+    store.audit(record_id, "replay", actor=current_actor(actor), reason=reason, outcome=outcome)
     return TaskReplayResult(record_id, False, outcome, name, task_id, args, kwargs, warnings)
 
 
@@ -123,9 +123,3 @@ def _warnings(app: Any, record: Any) -> list[str]:
         return ["the task's retry chart changed since it failed; the replay runs the new one"]
     return []
 
-
-def _login() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"
