@@ -18,6 +18,7 @@ from xsm_celery.eda.dead_letter import redact_record
 from xsm_celery.eda.envelope import Envelope, EnvelopeCorruptError, EnvelopeTooLargeError
 from xsm_celery.eda.outbox import attach_cause
 from xsm_celery.engine import Event, Machine, Receipt
+from xsm_celery.engine.state import DONE
 from xsm_celery.errors import StoreError, XsmError
 from xsm_celery.patterns.dead_letter import DeadLetter, DeadLetterReason
 from xsm_celery.patterns.error_chain import error_entry
@@ -184,7 +185,7 @@ class Handling:
             plugins=self.d.plugins,
             before_commit=[lambda interp: self._mark(receipt)] if in_transaction else (),
         ) as interp:
-            if interp.status == "done":
+            if interp.status == DONE:
                 raise _InstanceDoneError(f"instance {self.key!r} already reached a final state")
             attach_cause(interp, env)
             outcome = interp.send(event, wait=True)

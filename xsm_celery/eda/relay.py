@@ -22,7 +22,8 @@ __all__ = ["DEFAULT_BATCH", "OutboxRelay"]
 
 logger = logging.getLogger(__name__)
 
-#: Rows one ``relay_once`` publishes at most.
+#: Rows one ``relay_once`` publishes at most: the one relay batch default, used by the Celery
+#: Beat relay and the Django relay command too (their settings override it).
 DEFAULT_BATCH = 100
 
 
