@@ -8,10 +8,11 @@ uses) to catch everything the library raises on purpose. The tree::
         - InvalidConfigError
         - StateNotFoundError
         - ImplementationMissingError
+        - NotSupportedError: a feature this engine does not run (history); names the path
       - ExecutionError: raised while a machine runs
         - InterpreterStoppedError
         - RunawayChainError
-        - NotSupportedError
+        - AsyncServiceError: SyncInterpreter was handed an async service
         - InvalidEventError (also a TypeError): send() got something that is not an event
         - WorkerLost: a task delivery whose worker died mid-attempt
         - TaskGaveUp: a task chart reached its dead-letter state without an error
@@ -41,6 +42,7 @@ on attributes so callers never parse a message.
 from __future__ import annotations
 
 __all__ = [
+    "AsyncServiceError",
     "BrokerError",
     "BrokerPublishError",
     "ChartError",
@@ -127,6 +129,17 @@ class ImplementationMissingError(ChartError):
         )
 
 
+class NotSupportedError(ChartError):
+    """Raised by ``create_machine()`` when a chart uses a feature this engine does not run.
+
+    ``path`` is the dotted location of the node that uses it (``states.form.type``).
+    """
+
+    def __init__(self, message: str, *, path: str = "") -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}" if path else message)
+
+
 class ExecutionError(XsmError):
     """Raised while a machine runs."""
 
@@ -146,8 +159,12 @@ class RunawayChainError(ExecutionError):
         super().__init__(message)
 
 
-class NotSupportedError(ExecutionError):
-    """Raised when a chart uses a feature this engine deliberately does not run."""
+class AsyncServiceError(ExecutionError):
+    """Raised (as the service's error) when ``SyncInterpreter`` runs an ``async`` service.
+
+    The synchronous interpreter cannot await; the service's ``onError`` sees this error, and
+    the fix is the async ``Interpreter`` or a blocking service.
+    """
 
 
 class InvalidEventError(ExecutionError, TypeError):

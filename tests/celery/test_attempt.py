@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from xsm_celery.celery.attempt import Run, Settled, Verdict, run_chart
-from xsm_celery.celery.charts import load_chart
+from xsm_celery.celery.charts import load_task_chart
 from xsm_celery.celery.header import HEADER, ChartHeader, HeaderCodec
 from xsm_celery.celery.machine import build_task_machine
 from xsm_celery.celery.task import CONTROL_EXCEPTIONS
@@ -169,7 +169,7 @@ def test_a_chart_changed_by_a_deploy_restarts_with_the_same_context() -> None:
     calls: list[int] = []
     first = run_chart(old, None, Run(call=failing(5, calls)))
     snapshot = first.interpreter.get_snapshot()
-    new_chart = load_chart(None)
+    new_chart = load_task_chart(None)
     new_chart["states"]["retrying"]["description"] = "renamed in v2"
     new_chart["states"]["audit"] = {"type": "final"}
     new = machine_for(RetryPolicy(max_attempts=3, base_ms=1, jitter="none"), new_chart)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from xsm_celery.celery.attempt import DEAD_LETTER_TAG, current_run
-from xsm_celery.celery.charts import ChartSpec, load_chart
+from xsm_celery.celery.charts import ChartSpec, load_task_chart
 from xsm_celery.engine import Machine, MachineLogic, create_machine
 from xsm_celery.errors import ConfigurationError, XsmError
 from xsm_celery.patterns import ERRORS_CONTEXT_KEY, RetryPolicy
@@ -56,7 +56,7 @@ def build_task_machine(
         ConfigurationError: the chart is invalid, never invokes ``work``, or has no
             ``dead-letter`` state.
     """
-    config = load_chart(chart)
+    config = load_task_chart(chart)
     logic = policy.logic()
     if chart_logic is not None:
         logic = logic.merge(chart_logic)

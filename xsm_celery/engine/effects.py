@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from xsm_celery.engine.events import EngineEvent, Event
 from xsm_celery.engine.invoke import ActorRef, CallbackLogic
 from xsm_celery.engine.plugins import dispatch
-from xsm_celery.errors import ImplementationMissingError, NotSupportedError
+from xsm_celery.errors import AsyncServiceError, ImplementationMissingError
 
 if TYPE_CHECKING:
     from xsm_celery.engine.chart import ActionDef, AfterDef, InvokeDef, StateNode
@@ -237,7 +237,7 @@ class EffectsMixin:
             result.close()
         self._service_failed(
             inv,
-            NotSupportedError(
+            AsyncServiceError(
                 f"service {inv.src!r} is async; SyncInterpreter runs sync services only, "
                 "use the async Interpreter"
             ),

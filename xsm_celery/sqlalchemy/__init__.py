@@ -7,12 +7,12 @@ psycopg); ``open_dead_letter_store`` also accepts a store object or ``memory://`
 
 from __future__ import annotations
 
-from xsm_celery.errors import MissingExtraError
+from xsm_celery import errors as _errors
 
 try:
     import sqlalchemy  # noqa: F401
 except ImportError as exc:
-    raise MissingExtraError(extra="sqlalchemy", module="sqlalchemy") from exc
+    raise _errors.MissingExtraError(extra="sqlalchemy", module="sqlalchemy") from exc
 
 from xsm_celery.sqlalchemy.connect import make_engine
 from xsm_celery.sqlalchemy.dead_letters import SQLAlchemyDeadLetterStore
