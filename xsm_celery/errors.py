@@ -32,7 +32,8 @@ uses) to catch everything the library raises on purpose. The tree::
       - BrokerError
         - BrokerPublishError
       - ReplayRefusedError
-      - ConfigurationError: a setting or option that cannot work
+      - ConfigurationError (also a ValueError): a setting, option or argument that cannot work
+        - ArgumentTypeError (also a TypeError): one of the wrong type
       - MissingExtraError (also an ImportError)
 
 Messages say what happened, the offending value, and what to do; the same data is kept
@@ -42,6 +43,7 @@ on attributes so callers never parse a message.
 from __future__ import annotations
 
 __all__ = [
+    "ArgumentTypeError",
     "AsyncServiceError",
     "BrokerError",
     "BrokerPublishError",
@@ -270,8 +272,16 @@ class ReplayRefusedError(XsmError):
     """Raised when a dead-letter replay is refused (changed chart, no reason, no envelope)."""
 
 
-class ConfigurationError(XsmError):
-    """Raised when a setting or option cannot work; the message names the fix."""
+class ConfigurationError(XsmError, ValueError):
+    """Raised when a setting, option or argument cannot work; the message names the fix.
+
+    It is also a ``ValueError``: a value outside its range is a programming error, and
+    ``except ValueError`` around a constructor keeps working.
+    """
+
+
+class ArgumentTypeError(ConfigurationError, TypeError):
+    """Raised when an option or argument has the wrong type (also a ``TypeError``)."""
 
 
 class MissingExtraError(XsmError, ImportError):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import getpass
 import re
 
+from xsm_celery.errors import ConfigurationError
+
 __all__ = ["AGE_UNITS_S", "PURGE_ALL", "UNKNOWN_ACTOR", "current_actor", "parse_age"]
 
 #: Seconds per unit of an age (``90s``, ``15m``, ``12h``, ``30d``, ``2w``).
@@ -43,7 +45,7 @@ def parse_age(text: str) -> float:
     """
     match = _AGE.match(text) if isinstance(text, str) else None
     if match is None:
-        raise ValueError(
+        raise ConfigurationError(
             f"invalid --older-than {text!r}: use a number and a unit, e.g. 90s, 15m, 12h, 30d, 2w"
         )
     return float(match.group(1)) * AGE_UNITS_S[match.group(2)]

@@ -89,7 +89,7 @@ def register_keys(*keys: str) -> None:
     """
     for key in keys:
         if not key.startswith(_PREFIX):
-            raise ValueError(f"setting {key!r} must start with {_PREFIX!r}")
+            raise ConfigurationError(f"setting {key!r} must start with {_PREFIX!r}")
         _registered.add(key)
 
 

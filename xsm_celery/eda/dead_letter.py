@@ -21,6 +21,7 @@ from typing import Any
 from xsm_celery.eda.envelope import Envelope, EnvelopeTooLargeError
 from xsm_celery.engine.awaiting import finish
 from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS
+from xsm_celery.errors import ArgumentTypeError, ConfigurationError
 from xsm_celery.patterns.dead_letter import DeadLetter, check_cutoff, check_limit
 from xsm_celery.patterns.dead_letter_redaction import redact_record
 from xsm_celery.persistence.sqlite import SQLiteDatabase
@@ -42,7 +43,7 @@ DEAD_LETTER_EVENT_TYPE = "xsm.deadletter"
 def dlq_topic(topic: str) -> str:
     """Return the dead-letter topic of ``topic``: ``orders`` becomes ``orders.dlq``."""
     if not isinstance(topic, str) or not topic:
-        raise ValueError(f"topic must be a non-empty string, got {topic!r}")
+        raise ConfigurationError(f"topic must be a non-empty string, got {topic!r}")
     return f"{topic}.dlq"
 
 
@@ -108,7 +109,7 @@ class SQLiteDeadLetterStore:
     def put(self, record: DeadLetter) -> str:
         """Store ``record`` redacted (replacing one with the same id); return its id."""
         if not isinstance(record, DeadLetter):
-            raise TypeError(f"put() takes a DeadLetter, got {type(record).__name__}")
+            raise ArgumentTypeError(f"put() takes a DeadLetter, got {type(record).__name__}")
         clean = redact_record(record, self._keys)
         with self.db.transaction() as conn:
             seq = conn.execute("SELECT COALESCE(MAX(inserted), 0) + 1 FROM xsm_dead_letters")

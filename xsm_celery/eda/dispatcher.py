@@ -25,6 +25,7 @@ from xsm_celery.eda.outbox import collect_publishes
 from xsm_celery.engine import Machine
 from xsm_celery.engine.awaiting import finish, maybe_await
 from xsm_celery.engine.clock import Clock
+from xsm_celery.errors import ConfigurationError
 from xsm_celery.persistence.idempotency import IdempotencyPlugin
 from xsm_celery.persistence.locks import OptimisticLock
 from xsm_celery.persistence.protocols import Inbox, LockStrategy, StateStore
@@ -145,9 +146,11 @@ class InboundDispatcher:
         for name, value in (("max_in_flight", max_in_flight), ("max_attempts", max_attempts),
                             ("batch", batch)):  # fmt: skip
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+                raise ConfigurationError(f"{name} must be an int >= 1, got {value!r}")
         if on_unknown not in ("dead_letter", "ignore"):
-            raise ValueError(f"on_unknown must be 'dead_letter' or 'ignore', got {on_unknown!r}")
+            raise ConfigurationError(
+                f"on_unknown must be 'dead_letter' or 'ignore', got {on_unknown!r}"
+            )
         if dead_letters is None:
             from xsm_celery.patterns.dead_letter import DeadLetterStore
 

@@ -19,7 +19,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from xsm_celery.errors import EnvelopeCorruptError, EnvelopeTooLargeError
+from xsm_celery.errors import ConfigurationError, EnvelopeCorruptError, EnvelopeTooLargeError
 from xsm_celery.ids import new_id
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ def _check_depth(data: object) -> None:
 
 
 def _refuse_constant(name: str) -> None:
-    raise ValueError(f"{name} is not valid JSON")
+    raise ConfigurationError(f"{name} is not valid JSON")
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from xsm_celery.eda.envelope import Envelope
 from xsm_celery.engine import Machine, PluginBase, public_context, redact
 from xsm_celery.engine.awaiting import finish
 from xsm_celery.engine.chart import StateNode, Transition
+from xsm_celery.errors import ArgumentTypeError, ConfigurationError
 from xsm_celery.persistence.persisted import is_persisted
 
 __all__ = [
@@ -118,7 +119,7 @@ def _spec_of(machine: Machine, trans: Transition, value: Any) -> PublishSpec:
             isinstance(f, str) and f for f in data
         ):
             return PublishSpec("transition", trans.source.id, event, value["type"], tuple(data))
-    raise ValueError(
+    raise ConfigurationError(
         f"{where}: {value!r:.120} is not a publication; use true, \"<type>\" or "
         "{\"type\": \"<type>\", \"data\": [\"<context field>\", ...]}"
     )
@@ -199,12 +200,12 @@ class OutboxPlugin(PluginBase):
         elif callable(getattr(sink, "publish", None)):
             self._to_store = False
         else:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"OutboxPlugin sink must be an OutboxStore (add) or a broker (publish), "
                 f"got {type(sink).__name__}"
             )
         if not isinstance(topic, str) or not topic:
-            raise ValueError(f"topic must be a non-empty string, got {topic!r}")
+            raise ConfigurationError(f"topic must be a non-empty string, got {topic!r}")
         self.sink = sink
         self.topic = topic
         self.source = source

@@ -16,6 +16,7 @@ import socket
 from collections.abc import Sequence
 
 from xsm_celery.eda.broker import BatchPublisher, BrokerAdapter, SyncBrokerAdapter, maybe_await
+from xsm_celery.errors import ConfigurationError
 from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, OutboxRecord, OutboxStore
 
 __all__ = ["DEFAULT_BATCH", "OutboxRelay"]
@@ -64,9 +65,9 @@ class OutboxRelay:
         use_batches: bool = True,
     ) -> None:
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise ValueError(f"batch must be an int >= 1, got {batch!r}")
+            raise ConfigurationError(f"batch must be an int >= 1, got {batch!r}")
         if not lease_s > 0:
-            raise ValueError(f"lease_s must be > 0 seconds, got {lease_s!r}")
+            raise ConfigurationError(f"lease_s must be > 0 seconds, got {lease_s!r}")
         self.store = store
         self.broker = broker
         self.batch = batch

@@ -24,7 +24,7 @@ from kombu.exceptions import KombuError
 
 from xsm_celery.eda import Delivery, Envelope
 from xsm_celery.eda.envelope import DEFAULT_MAX_ENVELOPE_BYTES
-from xsm_celery.errors import BrokerError, BrokerPublishError
+from xsm_celery.errors import BrokerError, BrokerPublishError, ConfigurationError
 from xsm_celery.kombu.inbound import Inbound, settle_message
 from xsm_celery.kombu.partitions import Partitioning
 from xsm_celery.kombu.subscription import Held, Subscription
@@ -379,5 +379,5 @@ def _reconnect(connection: Connection, retries: int) -> None:
 
 def _positive_int(name: str, value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        raise ConfigurationError(f"{name} must be an integer >= 1, got {value!r}")
     return value

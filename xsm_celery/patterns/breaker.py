@@ -30,7 +30,12 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 from xsm_celery.engine import Clock, SyncInterpreter, WallClock, create_machine
-from xsm_celery.errors import CircuitOpenError, InterpreterStoppedError
+from xsm_celery.errors import (
+    ArgumentTypeError,
+    CircuitOpenError,
+    ConfigurationError,
+    InterpreterStoppedError,
+)
 from xsm_celery.patterns.breaker_chart import (
     CIRCUIT_BREAKER_CONFIG,
     check_cooldown,
@@ -51,7 +56,7 @@ _NEVER_COUNTED = (KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.Cancelle
 
 def _positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        raise ConfigurationError(f"{name} must be an integer >= 1, got {value!r}")
     return value
 
 
@@ -59,14 +64,14 @@ def _rate(value: object) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
-        raise ValueError(f"failure_rate_threshold must be None or in (0, 1], got {value!r}")
+        raise ConfigurationError(f"failure_rate_threshold must be None or in (0, 1], got {value!r}")
     return float(value)
 
 
 def _exception_classes(value: object) -> tuple[type[BaseException], ...]:
     items = value if isinstance(value, tuple) else (value,)
     if not items or not all(isinstance(i, type) and issubclass(i, BaseException) for i in items):
-        raise TypeError(f"exceptions must be exception classes, got {value!r}")
+        raise ArgumentTypeError(f"exceptions must be exception classes, got {value!r}")
     return items
 
 
@@ -120,7 +125,7 @@ class CircuitBreaker:
         )
         if name is not None:
             if not isinstance(name, str) or not name:
-                raise ValueError(f"name must be a non-empty string, got {name!r}")
+                raise ConfigurationError(f"name must be a non-empty string, got {name!r}")
             config["id"] = name
         self.name: str = config["id"]
         self.cooldown_ms = check_cooldown(cooldown_ms)
@@ -342,7 +347,7 @@ def circuit_breaker(fn: Callable[..., Any] | None = None, /, **options: Any) -> 
 
 def _decorate(fn: Callable[..., Any], options: dict[str, Any]) -> Callable[..., Any]:
     if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"circuit_breaker cannot wrap the generator function {fn.__qualname__!r}: its "
             "body runs after the call returns, so the outcome is unknown; wrap the code "
             "that consumes it instead"

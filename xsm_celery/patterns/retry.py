@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xsm_celery.engine import MachineLogic
+from xsm_celery.errors import ArgumentTypeError, ConfigurationError
 from xsm_celery.patterns.error_chain import ERRORS_CONTEXT_KEY
 from xsm_celery.patterns.jitter import Jitter, apply_jitter, check_draw, parse_jitter
 
@@ -27,11 +28,11 @@ ExceptionTypes = type[BaseException] | tuple[type[BaseException], ...]
 def _number(name: str, value: object, *, allow_inf: bool) -> float:
     """``value`` as a float >= 0; NaN, negatives and (unless allowed) inf are refused."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+        raise ConfigurationError(f"{name} must be a number >= 0, got {value!r}")
     number = float(value)
     if math.isnan(number) or number < 0 or (math.isinf(number) and not allow_inf):
         valid = "[0, inf]" if allow_inf else "[0, inf)"
-        raise ValueError(f"{name} must be in {valid}, got {value!r}")
+        raise ConfigurationError(f"{name} must be in {valid}, got {value!r}")
     return number
 
 
@@ -40,7 +41,7 @@ def _exception_types(name: str, value: ExceptionTypes) -> tuple[type[BaseExcepti
     items = value if isinstance(value, tuple) else (value,)
     for item in items:
         if not (isinstance(item, type) and issubclass(item, BaseException)):
-            raise TypeError(f"{name} takes exception classes, got {item!r}")
+            raise ArgumentTypeError(f"{name} takes exception classes, got {item!r}")
     return items
 
 
@@ -92,12 +93,16 @@ class RetryPolicy:
         give_up_on: ExceptionTypes = (),
     ) -> None:
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-            raise ValueError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
+            raise ConfigurationError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
         factor_value = _number("factor", factor, allow_inf=False)
         if factor_value < 1.0:
-            raise ValueError(f"factor must be in [1, inf) so delays never shrink, got {factor!r}")
+            raise ConfigurationError(
+                f"factor must be in [1, inf) so delays never shrink, got {factor!r}"
+            )
         if not callable(rng):
-            raise TypeError(f"rng must be a callable returning a float in [0, 1], got {rng!r}")
+            raise ArgumentTypeError(
+                f"rng must be a callable returning a float in [0, 1], got {rng!r}"
+            )
         values = {
             "max_attempts": max_attempts,
             "base_ms": _number("base_ms", base_ms, allow_inf=False),
@@ -129,7 +134,7 @@ class RetryPolicy:
         A growth too large for a float is the cap, never an ``OverflowError``.
         """
         if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
-            raise ValueError(f"attempt is 1-based, got {attempt!r}")
+            raise ConfigurationError(f"attempt is 1-based, got {attempt!r}")
         if self.base_ms == 0.0:
             return 0.0
         try:

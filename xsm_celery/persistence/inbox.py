@@ -16,6 +16,7 @@ import threading
 import time
 from typing import Any
 
+from xsm_celery.errors import ConfigurationError
 from xsm_celery.persistence.protocols import InboxEntry
 from xsm_celery.persistence.sqlite import SQLiteDatabase, SQLiteStore
 
@@ -42,7 +43,9 @@ def expiry_time(ttl_s: float | None, now: float) -> float | None:
     if ttl_s is None:
         return None
     if isinstance(ttl_s, bool) or not isinstance(ttl_s, int | float) or not 0 <= ttl_s < math.inf:
-        raise ValueError(f"ttl_s must be None or a finite number of seconds >= 0, got {ttl_s!r}")
+        raise ConfigurationError(
+            f"ttl_s must be None or a finite number of seconds >= 0, got {ttl_s!r}"
+        )
     return now + float(ttl_s)
 
 

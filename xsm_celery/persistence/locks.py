@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from xsm_celery.errors import ConflictError
+from xsm_celery.errors import ConfigurationError, ConflictError
 
 if TYPE_CHECKING:
     from xsm_celery.engine import Machine
@@ -43,7 +43,7 @@ class OptimisticLock:
 
     def __init__(self, retries: int = DEFAULT_OPTIMISTIC_RETRIES) -> None:
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise ValueError(f"retries must be an int >= 0, got {retries!r}")
+            raise ConfigurationError(f"retries must be an int >= 0, got {retries!r}")
         self.retries = retries
 
     def acquire(self, store: StateStore, key: str) -> contextlib.AbstractContextManager[Any]:
@@ -83,7 +83,7 @@ class PessimisticLock:
 
     def __init__(self, timeout: float = DEFAULT_LOCK_TIMEOUT_S) -> None:
         if not timeout >= 0:
-            raise ValueError(f"timeout must be >= 0 seconds, got {timeout!r}")
+            raise ConfigurationError(f"timeout must be >= 0 seconds, got {timeout!r}")
         self.timeout = float(timeout)
 
     def acquire(self, store: StateStore, key: str) -> contextlib.AbstractContextManager[Any]:

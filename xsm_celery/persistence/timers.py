@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xsm_celery.engine import Machine, SimulatedClock
+from xsm_celery.errors import ConfigurationError
 from xsm_celery.ids import new_id
 from xsm_celery.persistence.persisted import persisted
 from xsm_celery.persistence.protocols import (
@@ -194,7 +195,7 @@ class DueTimerScanner:
         wall: Callable[[], float] = time.time,
     ) -> None:
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise ValueError(f"batch must be an int >= 1, got {batch!r}")
+            raise ConfigurationError(f"batch must be an int >= 1, got {batch!r}")
         self.store = store
         self.machines = _machine_table(machines)
         self.timers = timers
@@ -256,7 +257,7 @@ class DueTimerScanner:
         machine_id = json.loads(record.snapshot).get("machine_id")
         machine = self.machines.get(machine_id)
         if machine is None:
-            raise LookupError(f"no machine {machine_id!r} given to the scanner for {key!r}")
+            raise ConfigurationError(f"no machine {machine_id!r} given to the scanner for {key!r}")
         plugins = self.plugins + ((DurableTimers(self.timers),) if self.timers is not None else ())
         clock = SimulatedClock(wall_start=now)
         with persisted(self.store, key, machine, lock=self.lock, clock=clock, plugins=plugins):

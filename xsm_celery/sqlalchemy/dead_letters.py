@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
 from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS
-from xsm_celery.errors import StoreError, StoreUnavailableError
+from xsm_celery.errors import ArgumentTypeError, StoreError, StoreUnavailableError
 from xsm_celery.operators import current_actor
 from xsm_celery.patterns.dead_letter import DeadLetter, check_cutoff, check_limit
 from xsm_celery.patterns.dead_letter_redaction import plain_json, redact_record
@@ -95,7 +95,7 @@ class SQLAlchemyDeadLetterStore:
     def put(self, record: DeadLetter) -> str:
         """Store ``record`` redacted, replacing a record with the same id; return its id."""
         if not isinstance(record, DeadLetter):
-            raise TypeError(f"put() takes a DeadLetter, got {type(record).__name__}")
+            raise ArgumentTypeError(f"put() takes a DeadLetter, got {type(record).__name__}")
         row = _row(self._redact(record))
         with self._guard("put"), self.engine.begin() as conn:
             conn.execute(_T.delete().where(_T.c.id == record.id))
