@@ -21,6 +21,17 @@ from xsm_celery.patterns.jitter import Jitter, apply_jitter, check_draw, parse_j
 
 __all__ = ["ExceptionTypes", "RetryPolicy"]
 
+_NONE, _FULL, _EQUAL, _DECORRELATED = range(4)
+_MODE_CODES = {
+    Jitter.NONE: _NONE,
+    Jitter.FULL: _FULL,
+    Jitter.EQUAL: _EQUAL,
+    Jitter.DECORRELATED: _DECORRELATED,
+}
+_INF = math.inf
+#: Attempts whose capped exponential a policy computes up front (later ones on demand).
+_PRECOMPUTED_ATTEMPTS = 64
+
 #: One exception class or a tuple of them, as ``except`` accepts.
 ExceptionTypes = type[BaseException] | tuple[type[BaseException], ...]
 
@@ -79,6 +90,8 @@ class RetryPolicy:
     rng: Callable[[], float] = field(repr=False, compare=False)
     retry_on: tuple[type[BaseException], ...]
     give_up_on: tuple[type[BaseException], ...]
+    _mode: int = field(init=False, repr=False, compare=False)
+    _exps: tuple[float, ...] = field(init=False, repr=False, compare=False)
 
     def __init__(
         self,
@@ -115,6 +128,12 @@ class RetryPolicy:
         }
         for name, value in values.items():
             object.__setattr__(self, name, value)
+        # The jitter mode as a small int for delay_ms: reading an Enum member costs as much
+        # as the whole backoff formula does.
+        object.__setattr__(self, "_mode", _MODE_CODES[self.jitter])
+        # The capped exponential of the first attempts, computed once: the policy is frozen.
+        exps = tuple(self.exponential_ms(n) for n in range(1, _PRECOMPUTED_ATTEMPTS + 1))
+        object.__setattr__(self, "_exps", exps)
 
     @classmethod
     def aggressive(cls, **overrides: Any) -> RetryPolicy:
@@ -157,32 +176,38 @@ class RetryPolicy:
         Raises:
             ValueError: ``attempt`` < 1, or the rng returned a value outside ``[0, 1]``.
         """
-        if type(attempt) is not int or attempt < 1:
+        exps = self._exps
+        if type(attempt) is not int or not 0 < attempt <= len(exps):
             return self._checked_delay(attempt, previous_ms)
-        base = self.base_ms
-        if base == 0.0:
-            exp = 0.0
-        else:
-            try:
-                exp = base * self.factor ** (attempt - 1)
-            except OverflowError:
-                exp = self.max_ms
-            exp = min(exp, self.max_ms)
-        jitter = self.jitter
-        if jitter is Jitter.NONE:
+        exp = exps[attempt - 1]
+        mode = self._mode
+        if mode == _NONE:
             return exp
         draw = self.rng()
-        if type(draw) is not float or not 0.0 <= draw <= 1.0 or exp == math.inf:
+        if type(draw) is not float or not 0.0 <= draw <= 1.0 or exp == _INF:
             return self._checked_delay(attempt, previous_ms, exp, draw)
-        if jitter is Jitter.FULL:
+        if mode == _FULL:
             return draw * exp
-        if jitter is Jitter.EQUAL:
+        if mode == _EQUAL:
             half = exp / 2.0
             return half + draw * half
-        previous = base if previous_ms is None else float(previous_ms)
-        return apply_jitter(
-            jitter, exp, draw, base_ms=base, cap_ms=self.max_ms, previous_ms=previous
-        )
+        # Decorrelated, as ``jitter.apply_jitter`` computes it, with comparisons for min/max.
+        base, cap = self.base_ms, self.max_ms
+        if cap <= base:
+            return cap
+        if type(previous_ms) is float:
+            prev = previous_ms
+        else:
+            prev = base if previous_ms is None else float(previous_ms)
+        if not 0.0 <= prev < _INF:
+            prev = base
+        high = 3.0 * prev
+        if high < base:
+            high = base
+        if high > cap:
+            high = cap
+        value = base + draw * (high - base)
+        return cap if value > cap else value
 
     def _checked_delay(
         self,
