@@ -25,6 +25,7 @@ FINITE = st.floats(0, 1e7, allow_nan=False)
     ),
 )
 def test_the_fast_path_equals_the_reference_formula(
+    *,
     base: float,
     factor: float,
     cap: float,

@@ -202,10 +202,8 @@ class RetryPolicy:
         if not 0.0 <= prev < _INF:
             prev = base
         high = 3.0 * prev
-        if high < base:
-            high = base
-        if high > cap:
-            high = cap
+        high = max(high, base)
+        high = min(high, cap)
         value = base + draw * (high - base)
         return cap if value > cap else value
 
