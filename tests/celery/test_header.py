@@ -78,7 +78,6 @@ def test_a_genuine_header_passes_with_its_counter(machine: Any, rejected: list[A
         (lambda d: d["context"].__setitem__("attempt", 99), "attempt out of range"),
         (lambda d: d["context"].__setitem__("attempt", "1"), "attempt not an integer"),
         (lambda d: d["context"].__setitem__("attempt", True), "attempt not an integer"),
-        (lambda d: d["context"].__setitem__("is_admin", True), "unknown context key"),
         (
             lambda d: d["context"][ERRORS_CONTEXT_KEY].append(
                 dict(d["context"][ERRORS_CONTEXT_KEY][0])
@@ -104,6 +103,33 @@ def test_each_forgery_is_rejected_with_its_reason(
     tamper(data)
     assert _codec(machine).decode({HEADER: json.dumps(data)}) is None
     assert rejected == [{"task": "shop.charge", "reason": reason}]
+
+
+def test_unknown_context_keys_are_dropped_and_reported(
+    machine: Any, rejected: list[dict[str, object]]
+) -> None:
+    """An unsigned header's foreign keys never reach the run; its counter and chain are kept."""
+    data = _after_one_failure(machine)
+    data["context"]["is_admin"] = True
+    header = _codec(machine).decode({HEADER: json.dumps(data)})
+    assert header is not None
+    assert "is_admin" not in header.snapshot["context"]
+    assert header.attempt == 1
+    assert len(header.snapshot["context"][ERRORS_CONTEXT_KEY]) == 1
+    assert rejected == [{"task": "shop.charge", "reason": "unknown context key"}]
+
+
+def test_a_signed_header_keeps_the_keys_its_chart_wrote(
+    machine: Any, rejected: list[dict[str, object]]
+) -> None:
+    """A key a custom action wrote survives when the header is signed: this worker wrote it."""
+    data = _after_one_failure(machine)
+    data["context"]["declines"] = 2
+    codec = _codec(machine, KEY)
+    header = codec.decode(codec.encode(json.dumps(data)))
+    assert header is not None
+    assert header.snapshot["context"]["declines"] == 2
+    assert rejected == []
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,9 @@ run uses it, the header must be:
 * signed with ``xsm_signing_key`` when that setting is set (HMAC-SHA256 in the
   :data:`SIGNATURE_HEADER` header; the production setting, see docs/celery.md);
 * a running snapshot of this task's chart, waiting on a retry timer;
-* a context with only the keys the chart owns (its initial ``context`` plus the retry
-  policy's keys), an attempt counter in ``[0, max_attempts]`` and a well-formed error chain.
+* a context with an attempt counter in ``[0, max_attempts]`` and a well-formed error chain,
+  whose keys the chart owns (its initial ``context`` plus the retry policy's keys): in an
+  unsigned header any other key is dropped (and reported), never carried into the dead letter.
 
 Anything else is rejected: the run starts the chart afresh, logs a warning and emits
 ``FactKind.HEADER_REJECTED`` with the task name and one of the fixed reasons below, so a
@@ -168,15 +169,29 @@ class HeaderCodec:
             self.reject(rejected.reason, rejected.detail)
             return None
 
-    def reject(self, reason: str, detail: str = "") -> None:
-        """Log and report a header that cannot be used (also for one that fails to restore)."""
-        logger.warning(
-            "task %s: ignoring the %s message header (%s%s); starting its retry chart afresh",
-            self.task_name,
-            HEADER,
-            reason,
-            f": {detail}" if detail else "",
-        )
+    def reject(self, reason: str, detail: str = "", *, dropped: bool = False) -> None:
+        """Log and report a header that cannot be used (also for one that fails to restore).
+
+        With ``dropped`` only part of the header was refused (keys the chart does not own) and
+        the run goes on with the rest.
+        """
+        if dropped:
+            logger.warning(
+                "task %s: dropping context keys its retry chart does not own from the %s "
+                "header (%s); declare them in the chart's context to keep them between runs",
+                self.task_name,
+                HEADER,
+                detail,
+            )
+        else:
+            logger.warning(
+                "task %s: ignoring the %s message header (%s%s); starting its retry chart "
+                "afresh",
+                self.task_name,
+                HEADER,
+                reason,
+                f": {detail}" if detail else "",
+            )
         hooks.emit(hooks.FactKind.HEADER_REJECTED, task=self.task_name, reason=reason)
 
     def _sign(self, value: str) -> str:
@@ -206,14 +221,18 @@ class HeaderCodec:
         context = data.get("context")
         if not isinstance(context, dict):
             raise _Rejected("no context")
+        unknown = sorted(str(key) for key in context if key not in self.owned_keys)
+        if unknown and self.key is None:
+            # Unsigned: nothing proves this worker's chart wrote them, so they are dropped.
+            # Dropping (not restarting) keeps the budget of a custom chart whose actions
+            # write keys its context does not declare, so such a task cannot loop for ever.
+            self.reject("unknown context key", repr(unknown[:5])[:120], dropped=True)
+            context = data["context"] = {k: v for k, v in context.items() if k in self.owned_keys}
         attempt = self._check_context(context)
         same = data.get("machine_hash") == self.machine.structure_hash
         return ChartHeader(snapshot=data, attempt=attempt, same_structure=same)
 
     def _check_context(self, context: dict[str, Any]) -> int:
-        unknown = [key for key in context if key not in self.owned_keys]
-        if unknown:
-            raise _Rejected("unknown context key", repr(sorted(map(str, unknown))[:5])[:120])
         attempt = context.get(self.attempt_key, 0)
         if isinstance(attempt, bool) or not isinstance(attempt, int):
             raise _Rejected("attempt not an integer", repr(attempt)[:40])

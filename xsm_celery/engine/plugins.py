@@ -33,17 +33,20 @@ __all__ = [
 logger = logging.getLogger("xsm_celery.engine")
 
 
-class PluginBase:
-    """Base class of plugins: every hook is a no-op; override the ones you need.
+class Plugin(Protocol):
+    """What the interpreter calls on a plugin: every hook, each a no-op by default.
 
-    ``i`` is the interpreter. Hooks are called synchronously on the thread running the step.
+    ``PluginBase`` subclasses it explicitly and so inherits the no-ops; a class that does not
+    subclass either still conforms when it defines every hook (mypy checks it structurally).
     """
 
     def on_interpreter_start(self, i: Any) -> None:
         """The interpreter started, before the initial states are entered."""
+        return
 
     def on_interpreter_stop(self, i: Any) -> None:
         """The interpreter stopped; timers are cancelled and actors cleaned up."""
+        return
 
     def on_before_send(self, i: Any, event: Event) -> Receipt | None:
         """A caller sent ``event``; return a Receipt to answer it without running it."""
@@ -51,12 +54,15 @@ class PluginBase:
 
     def on_event_received(self, i: Any, event: Event) -> None:
         """An event (caller's or engine-minted) is about to be processed."""
+        return
 
     def on_event_processed(self, i: Any, event: Event, receipt: Receipt) -> None:
         """An event and its eventless transitions have settled; ``receipt`` is the outcome."""
+        return
 
     def on_event_dropped(self, i: Any, event: Event, reason: str) -> None:
         """An event was not processed: ``not_running`` or ``engine_event`` (a forged name)."""
+        return
 
     def on_transition(
         self,
@@ -66,95 +72,50 @@ class PluginBase:
         transition: Transition,
     ) -> None:
         """A transition was taken; the sets are the active states before and after."""
+        return
 
     def on_action_execute(self, i: Any, action: ActionDef) -> None:
         """An action is about to run."""
+        return
 
     def on_action_error(self, i: Any, action: ActionDef, error: BaseException) -> None:
         """An action raised; the rest of its list was skipped and the machine goes on."""
+        return
 
     def on_guard_evaluated(self, i: Any, guard_name: str, event: Event, result: bool) -> None:
         """A guard was evaluated (a guard that raised counts as False)."""
+        return
 
     def on_guard_error(self, i: Any, guard_name: str, event: Event, error: BaseException) -> None:
         """A guard raised; it was treated as False."""
+        return
 
     def on_service_start(self, i: Any, invocation: InvokeDef) -> None:
         """A service or callback actor is starting."""
+        return
 
     def on_service_done(self, i: Any, invocation: InvokeDef, result: Any) -> None:
         """A service returned; ``result`` becomes ``onDone``'s ``event.data``."""
+        return
 
     def on_service_error(self, i: Any, invocation: InvokeDef, error: BaseException) -> None:
         """A service (or an actor's setup) raised; ``error`` becomes ``onError``'s data."""
+        return
 
     def on_plugin_error(self, i: Any, plugin: Any, hook: str, error: BaseException) -> None:
         """Another plugin's hook raised; it was contained."""
+        return
 
     def on_done(self, i: Any, output: Any) -> None:
         """The machine reached a top-level final state."""
+        return
 
 
-class Plugin(Protocol):
-    """What the interpreter calls on a plugin: every hook of :class:`PluginBase`.
+class PluginBase(Plugin):
+    """Base class of plugins: every hook of :class:`Plugin` is a no-op; override the ones you need.
 
-    Subclassing ``PluginBase`` is the easy way to conform; mypy checks a plugin passed to
-    ``use()`` or ``register_global`` against this Protocol.
+    ``i`` is the interpreter. Hooks are called synchronously on the thread running the step.
     """
-
-    def on_interpreter_start(self, i: Any) -> None:
-        """The interpreter started, before the initial states are entered."""
-
-    def on_interpreter_stop(self, i: Any) -> None:
-        """The interpreter stopped; timers are cancelled and actors cleaned up."""
-
-    def on_before_send(self, i: Any, event: Event) -> Receipt | None:
-        """A caller sent ``event``; return a Receipt to answer it without running it."""
-
-    def on_event_received(self, i: Any, event: Event) -> None:
-        """An event (caller's or engine-minted) is about to be processed."""
-
-    def on_event_processed(self, i: Any, event: Event, receipt: Receipt) -> None:
-        """An event and its eventless transitions have settled; ``receipt`` is the outcome."""
-
-    def on_event_dropped(self, i: Any, event: Event, reason: str) -> None:
-        """An event was not processed: ``not_running`` or ``engine_event`` (a forged name)."""
-
-    def on_transition(
-        self,
-        i: Any,
-        from_states: set[StateNode],
-        to_states: set[StateNode],
-        transition: Transition,
-    ) -> None:
-        """A transition was taken; the sets are the active states before and after."""
-
-    def on_action_execute(self, i: Any, action: ActionDef) -> None:
-        """An action is about to run."""
-
-    def on_action_error(self, i: Any, action: ActionDef, error: BaseException) -> None:
-        """An action raised; the rest of its list was skipped and the machine goes on."""
-
-    def on_guard_evaluated(self, i: Any, guard_name: str, event: Event, result: bool) -> None:
-        """A guard was evaluated (a guard that raised counts as False)."""
-
-    def on_guard_error(self, i: Any, guard_name: str, event: Event, error: BaseException) -> None:
-        """A guard raised; it was treated as False."""
-
-    def on_service_start(self, i: Any, invocation: InvokeDef) -> None:
-        """A service or callback actor is starting."""
-
-    def on_service_done(self, i: Any, invocation: InvokeDef, result: Any) -> None:
-        """A service returned; ``result`` becomes ``onDone``'s ``event.data``."""
-
-    def on_service_error(self, i: Any, invocation: InvokeDef, error: BaseException) -> None:
-        """A service (or an actor's setup) raised; ``error`` becomes ``onError``'s data."""
-
-    def on_plugin_error(self, i: Any, plugin: Any, hook: str, error: BaseException) -> None:
-        """Another plugin's hook raised; it was contained."""
-
-    def on_done(self, i: Any, output: Any) -> None:
-        """The machine reached a top-level final state."""
 
 
 _GLOBAL: list[Any] = []
