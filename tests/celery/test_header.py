@@ -90,6 +90,10 @@ def test_a_genuine_header_passes_with_its_counter(machine: Any, rejected: list[A
         ),
         (lambda d: d["context"].__setitem__(ERRORS_CONTEXT_KEY, "forged"), "bad error chain"),
         (lambda d: d["context"].__setitem__("attempt_delay_ms", -5), "bad delay"),
+        (
+            lambda d: d["context"].__setitem__("_xsm_attempt_give_up", "ValueError"),
+            "give-up mark in a waiting chart",
+        ),
         (lambda d: d.__setitem__("machine_id", "other"), "another chart"),
         (lambda d: d.__setitem__("status", "done"), "not running"),
         (lambda d: d.__setitem__("context", []), "no context"),

@@ -127,6 +127,8 @@ class HeaderCodec:
     max_attempts: int
     attempt_key: str
     delay_key: str
+    #: Set only when a failure is final, which gives up in the same run: never in a header.
+    give_up_key: str
     key: bytes | None
 
     @classmethod
@@ -134,15 +136,16 @@ class HeaderCodec:
         cls, task_name: str, machine: Machine, policy: RetryPolicy, key: bytes | None
     ) -> HeaderCodec:
         """The codec of a task: its chart, its policy's counter and the app's signing key."""
-        attempt_key = "attempt"
-        owned = {*machine.initial_context, *policy.context_keys(attempt_key), ERRORS_CONTEXT_KEY}
+        attempt_key, delay_key, give_up_key = policy.context_keys("attempt")
+        owned = {*machine.initial_context, attempt_key, delay_key, give_up_key, ERRORS_CONTEXT_KEY}
         return cls(
             task_name=task_name,
             machine=machine,
             owned_keys=frozenset(owned),
             max_attempts=policy.max_attempts,
             attempt_key=attempt_key,
-            delay_key=f"{attempt_key}_delay_ms",
+            delay_key=delay_key,
+            give_up_key=give_up_key,
             key=key,
         )
 
@@ -238,6 +241,8 @@ class HeaderCodec:
             raise _Rejected("attempt not an integer", repr(attempt)[:40])
         if not 0 <= attempt <= self.max_attempts:
             raise _Rejected("attempt out of range", f"{attempt} not in [0, {self.max_attempts}]")
+        if self.give_up_key in context:
+            raise _Rejected("give-up mark in a waiting chart")
         delay = context.get(self.delay_key)
         if delay is not None and not _is_delay(delay):
             raise _Rejected("bad delay", repr(delay)[:40])
