@@ -41,7 +41,8 @@ CONSUME = int(os.environ.get("XSM_BENCH_EDA_CONSUME", "5000"))
 #: measure the neighbours, not the code.
 REPEAT = int(os.environ.get("XSM_BENCH_EDA_REPEAT", "3"))
 RELAY_BATCH = 1000
-TOPIC = "xsm-bench-eda"
+#: A topic of this run only: other checkouts may run this bench on the same Redis at once.
+TOPIC = f"xsm-bench-eda-{os.getpid()}"
 #: The wire options KombuBrokerAdapter uses on Redis, given to the raw and peer baselines
 #: too so that every row publishes the same bytes.
 WIRE = {"body_encoding": "utf-8"}
