@@ -7,6 +7,28 @@ task with ``autoretry_for`` (both acknowledged late, the chart task's default, s
 figures compare the chart's cost and not two delivery guarantees). The worker times from the start of its first task to its N-th
 success and writes the figure to Redis. Run: ``python -m bench.bench_celery`` (needs Redis on
 127.0.0.1:6379, or ``XSM_BENCH_REDIS``).
+
+Profile (``XSM_BENCH_PROFILE=out.prof`` makes the worker run under cProfile from its first
+task to its N-th success; 2,000 tasks each, solo worker, Redis, before this module's targets
+were worked on):
+
+* succeeds at once: of 6.05 s, the chart's ``execute`` took 0.89 s against nothing for the plain
+  task; 0.60 s of it was the attempt-marker write (redis-py's generic command packer, then a
+  ``recv`` of the previous reply per attempt), 0.29 s the chart step (start, ``work``, final
+  state). The rest, in both tasks, is the worker's own Redis traffic: BRPOP, the unacked-index
+  pipeline and the ack pipeline (about 60% of the worker's time). So the marker became a
+  hand-packed ``SET`` whose replies are read in bunches of 32 (one ``send`` per attempt), which
+  made it 3-4x cheaper, and the chart step is the engine's ordinary path.
+* fails once: 27.6 s for the chart task against 32.0 s for ``autoretry_for``. Both pay Celery's
+  republish (``Task.retry`` -> ``send_task`` -> ``publish``: 6.0 s / 8.1 s) and Celery's
+  ``handle_retry``, whose ``ExceptionInfo`` copies every traceback frame's ``co_positions`` and
+  formats the traceback (4.4 s / 4.8 s; ``autoretry_for`` also formats the chained original
+  error). The chart computes its countdown without an exception and raises ``Retry`` outside
+  any ``except`` block, so nothing is chained; its remaining own cost was the two marker writes
+  (1.2 s) and one snapshot restore. The ``Retry`` stays: it is what gives Celery users the
+  ``RETRY`` state, the ``task_retry`` signal and the ``task-retried`` event.
+* Under cProfile pure-Python work is inflated against syscalls, so the chart looks better
+  there than on the wall clock; the table below is the wall clock, best and median of five.
 """
 
 from __future__ import annotations
@@ -95,6 +117,7 @@ def plain_fail_once(self: Any) -> None:
 
 
 _done = {"n": 0, "t0": 0.0}
+_profiler: list[Any] = []
 
 
 @task_prerun.connect
@@ -102,6 +125,11 @@ def _start(**_: Any) -> None:
     """The clock starts when the first task starts (worker start-up is not counted)."""
     if not _done["t0"]:
         _done["t0"] = time.perf_counter()
+        if os.environ.get("XSM_BENCH_PROFILE"):
+            import cProfile
+
+            _profiler.append(cProfile.Profile())
+            _profiler[0].enable()
 
 
 @task_success.connect
@@ -111,6 +139,9 @@ def _count(**_: Any) -> None:
     expect = int(os.environ.get("XSM_BENCH_EXPECT", "0"))
     if _done["n"] == expect:
         elapsed = time.perf_counter() - _done["t0"]
+        if _profiler:
+            _profiler[0].disable()
+            _profiler[0].dump_stats(os.environ["XSM_BENCH_PROFILE"])
         redis.Redis.from_url(REDIS).set(os.environ["XSM_BENCH_KEY"], f"{expect} {elapsed}")
 
 
@@ -170,7 +201,10 @@ def main() -> None:
         )
     headers = ["solo worker, Redis", "autoretry_for tasks/s", "ChartTask tasks/s", "chart/plain"]
     print(table([*headers, "medians (ratio)"], rows))
-    print(f"\nbest of {ROUNDS} runs each; {NOOP_N} / {FAIL_ONCE_N} tasks per run; target >= 85%")
+    print(
+        f"\nbest of {ROUNDS} runs each; {NOOP_N} / {FAIL_ONCE_N} tasks per run; targets: "
+        ">= 95% when it succeeds at once, >= 115% when it fails once"
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+from xsm_celery.errors import ConfigurationError
+
 __all__ = ["key_names", "positive_int", "unknown_name_message"]
 
 
@@ -20,7 +22,7 @@ def positive_int(name: str, value: object) -> int:
         ValueError: naming the option and the value it got.
     """
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        raise ConfigurationError(f"{name} must be an integer >= 1, got {value!r}")
     return value
 
 
@@ -49,6 +51,6 @@ def key_names(name: str, value: object) -> tuple[str, ...]:
         isinstance(item, str) and item for item in value
     ):
         return tuple(value)
-    raise ValueError(
+    raise ConfigurationError(
         f"{name}={value!r} must be a list of key names, for example ['card_number', 'iban']"
     )

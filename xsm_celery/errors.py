@@ -8,15 +8,17 @@ uses) to catch everything the library raises on purpose. The tree::
         - InvalidConfigError
         - StateNotFoundError
         - ImplementationMissingError
+        - NotSupportedError: a feature this engine does not run (history); names the path
       - ExecutionError: raised while a machine runs
         - InterpreterStoppedError
         - RunawayChainError
         - ChoreographyUnsettledError (also a RuntimeError): run_until_quiet hit max_rounds
-        - NotSupportedError
+        - AsyncServiceError: SyncInterpreter was handed an async service
         - InvalidEventError (also a TypeError): send() got something that is not an event
         - WorkerLost: a task delivery whose worker died mid-attempt
           - TimeLimitKilled: ... killed by Celery's hard time_limit
         - TaskGaveUp: a task chart reached its dead-letter state without an error
+        - MisuseError (also a RuntimeError): an API called out of order
         - SnapshotError: a snapshot that cannot be restored
           - SnapshotCorruptError
           - SnapshotTooLargeError
@@ -39,7 +41,9 @@ uses) to catch everything the library raises on purpose. The tree::
       - BrokerError
         - BrokerPublishError
       - ReplayRefusedError
-      - ConfigurationError: a setting or option that cannot work
+      - ConfigurationError (also a ValueError): a setting, option or argument that cannot work
+        - ArgumentTypeError (also a TypeError): one of the wrong type
+        - UnknownNameError (also a KeyError): a name that names nothing known
       - MissingExtraError (also an ImportError)
 
 Messages say what happened, the offending value, and what to do; the same data is kept
@@ -49,6 +53,9 @@ on attributes so callers never parse a message.
 from __future__ import annotations
 
 __all__ = [
+    "ArgumentTypeError",
+    "UnknownNameError",
+    "AsyncServiceError",
     "BrokerError",
     "BrokerPublishError",
     "BulkheadRejectedError",
@@ -143,6 +150,17 @@ class ImplementationMissingError(ChartError):
         )
 
 
+class NotSupportedError(ChartError):
+    """Raised by ``create_machine()`` when a chart uses a feature this engine does not run.
+
+    ``path`` is the dotted location of the node that uses it (``states.form.type``).
+    """
+
+    def __init__(self, message: str, *, path: str = "") -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}" if path else message)
+
+
 class ExecutionError(XsmError):
     """Raised while a machine runs."""
 
@@ -174,8 +192,12 @@ class ChoreographyUnsettledError(ExecutionError, RuntimeError):
         super().__init__(message)
 
 
-class NotSupportedError(ExecutionError):
-    """Raised when a chart uses a feature this engine deliberately does not run."""
+class AsyncServiceError(ExecutionError):
+    """Raised (as the service's error) when ``SyncInterpreter`` runs an ``async`` service.
+
+    The synchronous interpreter cannot await; the service's ``onError`` sees this error, and
+    the fix is the async ``Interpreter`` or a blocking service.
+    """
 
 
 class InvalidEventError(ExecutionError, TypeError):
@@ -392,8 +414,30 @@ class ReplayRefusedError(XsmError):
     """Raised when a dead-letter replay is refused (changed chart, no reason, no envelope)."""
 
 
-class ConfigurationError(XsmError):
-    """Raised when a setting or option cannot work; the message names the fix."""
+class ConfigurationError(XsmError, ValueError):
+    """Raised when a setting, option or argument cannot work; the message names the fix.
+
+    It is also a ``ValueError``: a value outside its range is a programming error, and
+    ``except ValueError`` around a constructor keeps working.
+    """
+
+
+class ArgumentTypeError(ConfigurationError, TypeError):
+    """Raised when an option or argument has the wrong type (also a ``TypeError``)."""
+
+
+class UnknownNameError(ConfigurationError, KeyError):
+    """Raised when a name (a breaker, a named timeout) names nothing known (also a ``KeyError``).
+
+    ``KeyError`` quotes its argument when printed; ``__str__`` keeps the message readable.
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class MisuseError(ExecutionError, RuntimeError):
+    """Raised when an API is called out of order, such as a release without an acquire."""
 
 
 class MissingExtraError(XsmError, ImportError):

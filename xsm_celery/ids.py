@@ -12,6 +12,8 @@ import threading
 import time
 import uuid
 
+from xsm_celery.errors import ConfigurationError
+
 __all__ = ["new_id"]
 
 _lock = threading.Lock()
@@ -27,7 +29,7 @@ def new_id(now_ms: int | None = None) -> str:
     global _last
     ms = int(time.time() * 1000) if now_ms is None else int(now_ms)
     if ms < 0 or ms >= 1 << 48:
-        raise ValueError(f"now_ms must be in [0, 2**48), got {now_ms!r}")
+        raise ConfigurationError(f"now_ms must be in [0, 2**48), got {now_ms!r}")
     rand = int.from_bytes(os.urandom(10), "big") & ((1 << 74) - 1)
     with _lock:
         high = (ms << 80) | (0x7 << 76) | ((rand >> 62) << 64)

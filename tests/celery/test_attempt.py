@@ -12,8 +12,9 @@ from celery.exceptions import Ignore
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xsm_celery.celery.attempt import Outcome, Run, run_chart
-from xsm_celery.celery.charts import load_chart
+from xsm_celery.celery.attempt import Run, Settled, Verdict, run_chart
+from xsm_celery.celery.charts import load_task_chart
+from xsm_celery.celery.header import HEADER, ChartHeader, HeaderCodec
 from xsm_celery.celery.machine import build_task_machine
 from xsm_celery.celery.task import CONTROL_EXCEPTIONS
 from xsm_celery.errors import ConfigurationError, WorkerLost
@@ -23,6 +24,12 @@ from xsm_celery.patterns import ERRORS_CONTEXT_KEY, RetryPolicy
 def machine_for(policy: RetryPolicy, chart: Any = None) -> Any:
     """The machine a ChartTask with ``policy`` would run."""
     return build_task_machine("t", chart, policy, control=CONTROL_EXCEPTIONS)
+
+
+def header(machine: Any, snapshot: str | None, max_attempts: int = 6) -> ChartHeader | None:
+    """The checked header a message carrying ``snapshot`` gives the next run."""
+    codec = HeaderCodec.for_task("t", machine, RetryPolicy(max_attempts=max_attempts), None)
+    return codec.decode(None if snapshot is None else {HEADER: snapshot})
 
 
 def failing(times: int, calls: list[int]) -> Callable[[], str]:
@@ -37,13 +44,13 @@ def failing(times: int, calls: list[int]) -> Callable[[], str]:
     return call
 
 
-def drive(machine: Any, call: Callable[[], Any], limit: int = 20) -> tuple[Outcome, list[float]]:
+def drive(machine: Any, call: Callable[[], Any], limit: int = 20) -> tuple[Settled, list[float]]:
     """Run like Celery would: each retry's snapshot goes into the next run's message."""
     snapshot: str | None = None
     delays: list[float] = []
     for _ in range(limit):
-        outcome = run_chart(machine, snapshot, Run(call=call))
-        if outcome.kind != "retry":
+        outcome = run_chart(machine, header(machine, snapshot), Run(call=call))
+        if outcome.verdict is not Verdict.RETRY:
             return outcome, delays
         assert outcome.delay_ms is not None
         delays.append(outcome.delay_ms)
@@ -81,12 +88,12 @@ def test_runs_follow_the_policy_exactly(args: dict[str, Any], seed: int, failure
     calls: list[int] = []
     outcome, delays = drive(machine, failing(failures, calls))
     if failures < max_attempts:
-        assert outcome.kind == "done"
+        assert outcome.verdict is Verdict.DONE
         assert outcome.run.result == "ok"
         assert len(calls) == failures + 1
         assert delays == expected_delays(args, seed, failures)
     else:
-        assert outcome.kind == "give_up"
+        assert outcome.verdict is Verdict.GIVE_UP
         assert len(calls) == max_attempts
         assert delays == expected_delays(args, seed, max_attempts - 1)
         chain = outcome.interpreter.context[ERRORS_CONTEXT_KEY]
@@ -99,7 +106,7 @@ def test_a_lost_attempt_is_recorded_instead_of_running_the_function() -> None:
     calls: list[int] = []
     run = Run(call=failing(0, calls), lost=WorkerLost("died"))
     outcome = run_chart(machine, None, run)
-    assert outcome.kind == "retry"
+    assert outcome.verdict is Verdict.RETRY
     assert calls == []
     assert isinstance(run.error, WorkerLost)
     assert outcome.interpreter.context[ERRORS_CONTEXT_KEY][0]["type"] == "WorkerLost"
@@ -112,10 +119,12 @@ def test_the_marker_is_written_before_each_attempt_with_its_number() -> None:
     calls: list[int] = []
     snapshot = None
     for _ in range(3):
-        outcome = run_chart(machine, snapshot, Run(call=failing(5, calls), mark=marks.append))
+        outcome = run_chart(
+            machine, header(machine, snapshot), Run(call=failing(5, calls), mark=marks.append)
+        )
         snapshot = outcome.interpreter.get_snapshot()
     assert marks == [1, 2, 3]
-    assert outcome.kind == "give_up"
+    assert outcome.verdict is Verdict.GIVE_UP
 
 
 def test_a_control_exception_is_handed_back_untouched() -> None:
@@ -127,7 +136,7 @@ def test_a_control_exception_is_handed_back_untouched() -> None:
         raise signal
 
     outcome = run_chart(machine, None, Run(call=call))
-    assert outcome.kind == "control"
+    assert outcome.verdict is Verdict.CONTROL
     assert outcome.run.control is signal
     assert ERRORS_CONTEXT_KEY not in outcome.interpreter.context
 
@@ -160,13 +169,13 @@ def test_a_chart_changed_by_a_deploy_restarts_with_the_same_context() -> None:
     calls: list[int] = []
     first = run_chart(old, None, Run(call=failing(5, calls)))
     snapshot = first.interpreter.get_snapshot()
-    new_chart = load_chart(None)
+    new_chart = load_task_chart(None)
     new_chart["states"]["retrying"]["description"] = "renamed in v2"
     new_chart["states"]["audit"] = {"type": "final"}
     new = machine_for(RetryPolicy(max_attempts=3, base_ms=1, jitter="none"), new_chart)
     assert new.structure_hash != old.structure_hash
-    second = run_chart(new, snapshot, Run(call=failing(5, calls)))
-    assert second.kind == "retry"
+    second = run_chart(new, header(new, snapshot), Run(call=failing(5, calls)))
+    assert second.verdict is Verdict.RETRY
     assert second.interpreter.context["attempt"] == 2
     assert len(second.interpreter.context[ERRORS_CONTEXT_KEY]) == 2
 
@@ -182,5 +191,5 @@ def test_a_marker_store_that_fails_does_not_stop_the_attempt(
 
     with caplog.at_level(logging.WARNING, logger="xsm_celery.celery.machine"):
         outcome = run_chart(machine, None, Run(call=lambda: "ok", mark=broken_mark))
-    assert outcome.kind == "done"
+    assert outcome.verdict is Verdict.DONE
     assert "attempt marker" in caplog.text

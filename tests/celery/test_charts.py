@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from xsm_celery.celery import DEFAULT_CHART, load_chart
+from xsm_celery.celery import DEFAULT_CHART, load_task_chart
 from xsm_celery.celery.charts import shipped_charts
 from xsm_celery.errors import ConfigurationError
 
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_default_chart_is_the_seeds_retry_loop() -> None:
     """attempting / retrying / done / deadLettered, the last tagged dead-letter, seed names."""
-    chart = load_chart(None)
+    chart = load_task_chart(None)
     assert set(chart["states"]) == {"attempting", "retrying", "done", "deadLettered"}
     assert chart["states"]["deadLettered"]["tags"] == ["dead-letter"]
     assert chart["states"]["attempting"]["invoke"]["src"] == "work"
@@ -27,7 +27,7 @@ def test_the_default_chart_is_the_seeds_retry_loop() -> None:
 def test_the_chart_is_shipped_as_a_resource() -> None:
     """task_retry.json is installed in xsm_celery.charts and loads by name, with or without .json."""
     assert DEFAULT_CHART in shipped_charts()
-    assert load_chart("task_retry") == load_chart("task_retry.json") == load_chart(None)
+    assert load_task_chart("task_retry") == load_task_chart("task_retry.json") == load_task_chart(None)
 
 
 def test_a_path_and_a_dict_load_as_copies(tmp_path: Path) -> None:
@@ -35,8 +35,8 @@ def test_a_path_and_a_dict_load_as_copies(tmp_path: Path) -> None:
     custom = {"id": "mine", "initial": "a", "states": {"a": {}}}
     path = tmp_path / "mine.json"
     path.write_text(json.dumps(custom))
-    assert load_chart(str(path)) == custom
-    loaded = load_chart(custom)
+    assert load_task_chart(str(path)) == custom
+    loaded = load_task_chart(custom)
     custom["id"] = "changed"
     assert loaded["id"] == "mine"
 
@@ -44,7 +44,7 @@ def test_a_path_and_a_dict_load_as_copies(tmp_path: Path) -> None:
 def test_an_unknown_chart_names_the_shipped_ones() -> None:
     """A name that is neither a file nor a shipped chart is refused, listing what exists."""
     with pytest.raises(ConfigurationError, match=r"task_retry\.json"):
-        load_chart("no_such_chart")
+        load_task_chart("no_such_chart")
 
 
 def test_a_file_that_is_not_a_chart_is_refused(tmp_path: Path) -> None:
@@ -52,9 +52,9 @@ def test_a_file_that_is_not_a_chart_is_refused(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{nope")
     (tmp_path / "list.json").write_text("[]")
     with pytest.raises(ConfigurationError, match="not JSON"):
-        load_chart(str(tmp_path / "bad.json"))
+        load_task_chart(str(tmp_path / "bad.json"))
     with pytest.raises(ConfigurationError, match="must be a JSON object"):
-        load_chart(str(tmp_path / "list.json"))
+        load_task_chart(str(tmp_path / "list.json"))
 
 
 def chart_edges(chart: dict) -> set[str]:
@@ -81,4 +81,4 @@ def test_the_docs_diagram_matches_the_shipped_chart() -> None:
         for line in block.splitlines()
         if "-->" in line and "[*]" not in line
     }
-    assert drawn == chart_edges(load_chart(None))
+    assert drawn == chart_edges(load_task_chart(None))

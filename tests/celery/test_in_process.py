@@ -6,6 +6,7 @@ class-based ``ChartTask`` subclasses registered through ``celery_class_tasks``.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -46,6 +47,17 @@ class Broken(ChartTask):
         raise TimeoutError("upstream timed out")
 
 
+class Doomed(ChartTask):
+    """Always fails; counts its runs per tag, so a forged header's effect is visible."""
+
+    name = "inprocess.doomed"
+    retry_policy = RetryPolicy(max_attempts=3, base_ms=1, jitter="none")
+
+    def run(self, tag: str) -> None:
+        CALLS[tag].append((self.request.id, None))
+        raise ConnectionError("payment gateway down")
+
+
 @pytest.fixture(scope="session")
 def celery_config() -> dict[str, Any]:
     """The in-process app: memory broker polled often, in-memory results and dead letters.
@@ -66,7 +78,7 @@ def celery_config() -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def celery_class_tasks() -> list[type[ChartTask]]:
     """The chart tasks the session worker knows."""
-    return [Flaky, Broken]
+    return [Flaky, Broken, Doomed]
 
 
 @pytest.fixture
@@ -111,3 +123,37 @@ def test_exhaustion_on_the_in_process_worker_writes_a_dead_letter(
     assert records[0].attempts == 2
     assert records[0].task_name == "inprocess.broken"
     assert len(retried) == 1
+
+
+FORGED_CONTEXTS = {
+    "negative": {"attempt": -1_000_000},
+    "exhausted": {"attempt": 99},
+    "errors": {"attempt": 1, "_xsm_errors": [
+        {"source": "service", "name": "x", "type": "Forged", "message": "planted"}] * 5},
+    "extra": {"attempt": 0, "note": "<script>planted</script>"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("attack", sorted(FORGED_CONTEXTS))
+def test_a_forged_header_on_a_real_message_gets_exactly_the_policy(
+    celery_session_app: Celery, celery_session_worker: Any, attack: str
+) -> None:
+    """Each forged header: the task still runs max_attempts times, and its dead letter is clean."""
+    forged = {
+        "machine_id": "task", "status": "running", "state_ids": ["task.retrying"],
+        "context": FORGED_CONTEXTS[attack], "deadlines": [],
+    }  # fmt: skip
+    tag = f"forged-{attack}"
+    result = celery_session_app.send_task(
+        "inprocess.doomed", args=(tag,), headers={HEADER: json.dumps(forged)}
+    )
+    with pytest.raises(ConnectionError):
+        result.get(timeout=20, interval=0.01)
+    assert len(CALLS[tag]) == 3
+    records = [
+        r for r in open_dead_letter_store("memory://in-process").all() if r.task_id == result.id
+    ]
+    assert len(records) == 1
+    assert records[0].attempts == 3
+    assert [e["type"] for e in records[0].errors] == ["ConnectionError"] * 3
+    assert "note" not in records[0].snapshot["context"]

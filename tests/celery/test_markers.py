@@ -14,6 +14,7 @@ import pytest
 from celery import Celery
 
 from xsm_celery.celery.execute import _lost_attempt
+from xsm_celery.celery.header import ChartHeader
 from xsm_celery.celery.markers import (
     BackendAttemptMarkers,
     MemoryAttemptMarkers,
@@ -44,9 +45,21 @@ def test_a_redis_broker_keeps_markers_in_redis(redis_url: str) -> None:
 
 
 def test_rabbitmq_with_a_redis_backend_uses_the_backends_redis(redis_url: str) -> None:
-    """An AMQP broker with a Redis result backend puts the markers in that Redis."""
+    """An AMQP broker with a Redis result backend puts the markers in that very Redis."""
+    import redis
+
     app = app_with(broker_url="amqp://guest@127.0.0.1//", result_backend=redis_url)
-    assert isinstance(open_attempt_markers(app, None, None, 60), RedisAttemptMarkers)
+    markers = open_attempt_markers(app, None, None, 60)
+    task_id = uuid.uuid4().hex
+    markers.mark(task_id, 3)
+    markers.flush()  # type: ignore[attr-defined]
+    backend = redis.Redis.from_url(redis_url)
+    try:
+        assert backend.get(f"xsm:attempt:{task_id}") == b"3"
+        assert 0 < backend.ttl(f"xsm:attempt:{task_id}") <= 60
+    finally:
+        backend.delete(f"xsm:attempt:{task_id}")
+        backend.close()
 
 
 def test_a_key_value_backend_is_used_through_celery(tmp_path: Path) -> None:
@@ -90,7 +103,8 @@ def fake_task(task_id: str) -> Any:
     return SimpleNamespace(name="shop.charge", request=SimpleNamespace(id=task_id))
 
 
-SNAPSHOT_AFTER_ONE_FAILURE = '{"context": {"attempt": 1}}'
+#: What the checked header of a message carrying attempt 1's failure says.
+SNAPSHOT_AFTER_ONE_FAILURE = ChartHeader(snapshot={"context": {"attempt": 1}}, attempt=1, same_structure=True)
 
 
 def test_a_redelivery_whose_attempt_started_is_a_lost_attempt() -> None:

@@ -46,6 +46,7 @@ app.conf.update(
     xsm_dead_letter_store=os.environ.get("XSM_TEST_DLQ", "memory://workerapp"),
     xsm_timer_store=os.environ.get("XSM_TEST_TIMERS", "sqlite:///xsm_test_timers.db"),
     xsm_timer_countdown_max_s=2.0,
+    worker_send_task_events=os.environ.get("XSM_TEST_TASK_EVENTS") == "1",
 )
 xsm = Xsm(app)
 app.conf.beat_schedule = xsm.beat_schedule(timers_every=0.25)

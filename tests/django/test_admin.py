@@ -17,8 +17,10 @@ from tests.django.admin_support import (
     sent_tasks,
     task_record,
 )
+from xsm_celery.django._dead_letter_admin import short_id
 from xsm_celery.django.models import AuditEntry, DeadLetterRecord
 from xsm_celery.django.stores import DjangoDeadLetterStore
+from xsm_celery.ids import new_id
 
 CHANGELIST = "admin:xsm_celery_deadletterrecord_changelist"
 
@@ -51,8 +53,20 @@ def test_the_list_shows_the_triage_columns(app: Any) -> None:
     record = task_record(app)
     page = login("ana", superuser=True).get(reverse(CHANGELIST)).content.decode()
     for text in ("shop.charge", "task exhausted", "ConnectionError: payment gateway unreachable",
-                 record.id[:13], "Age", "Resolved", "By task", "By machine", "By taken on"):
+                 short_id(record.id), "Age", "Resolved", "By task", "By machine", "By taken on"):
         assert text in page
+
+
+def test_two_dead_letters_of_the_same_millisecond_have_different_short_ids(app: Any) -> None:
+    """The list's id column shows the random part, so same-millisecond records differ."""
+    now_ms = int(time.time() * 1000)
+    first = task_record(app, id=new_id(now_ms))
+    second = task_record(app, id=new_id(now_ms))
+    assert first.id[:13] == second.id[:13]
+    assert short_id(first.id) != short_id(second.id)
+    page = login("ida", superuser=True).get(reverse(CHANGELIST)).content.decode()
+    assert short_id(first.id) in page
+    assert short_id(second.id) in page
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xsm_celery.celery.charts import load_chart
+from xsm_celery.celery.charts import load_task_chart
 from xsm_celery.django.diagram import render_chart_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -37,7 +37,7 @@ def marked(svg: str) -> list[str]:
 
 def test_the_shipped_retry_chart_draws_every_state_and_transition() -> None:
     """The task retry chart: four states, the dead-letter one marked, events labelled."""
-    svg = render_chart_svg(load_chart(None), marked="task.deadLettered")
+    svg = render_chart_svg(load_task_chart(None), marked="task.deadLettered")
     assert set(boxes(svg)) == {"task", "task.attempting", "task.retrying", "task.done",
                                "task.deadLettered"}
     assert marked(svg) == ["task.deadLettered"]
@@ -47,7 +47,7 @@ def test_the_shipped_retry_chart_draws_every_state_and_transition() -> None:
 
 def test_a_path_without_the_machine_id_or_a_unique_key_also_marks() -> None:
     """'deadLettered' and 'task.deadLettered' mark the same state; an unknown one marks none."""
-    chart = load_chart(None)
+    chart = load_task_chart(None)
     assert marked(render_chart_svg(chart, marked="deadLettered")) == ["task.deadLettered"]
     assert marked(render_chart_svg(chart, marked="nowhere")) == []
     assert marked(render_chart_svg(chart)) == []

@@ -6,7 +6,7 @@ import pytest
 
 from tests.django.clock import Wall
 from xsm_celery.django.stores import DjangoInbox
-from xsm_celery.persistence import Inbox, InboxEntry
+from xsm_celery.persistence import InboxEntry
 
 
 @pytest.fixture
@@ -19,11 +19,6 @@ def wall() -> Wall:
 def inbox(db_alias: str, wall: Wall) -> DjangoInbox:
     """An empty inbox on each database."""
     return DjangoInbox(using=db_alias, wall=wall)
-
-
-def test_it_implements_the_protocol(inbox: DjangoInbox) -> None:
-    """The store satisfies the runtime-checkable Inbox protocol."""
-    assert isinstance(inbox, Inbox)
 
 
 def test_only_the_first_claim_wins(inbox: DjangoInbox) -> None:

@@ -8,7 +8,6 @@ from django.db import transaction
 from tests.django.clock import Wall
 from xsm_celery.django.stores import DjangoOutboxStore, DjangoSnapshotStore
 from xsm_celery.eda import Envelope
-from xsm_celery.persistence import OutboxStore
 
 
 @pytest.fixture
@@ -31,11 +30,6 @@ def _pay_then_fail(snapshots: DjangoSnapshotStore, outbox: DjangoOutboxStore) ->
     snapshots.save("o-1", '{"value": "paid"}')
     outbox.add("orders", Envelope.new(type="order.paid", subject="o-1"))
     raise RuntimeError("forced failure after the write")
-
-
-def test_it_implements_the_protocol(outbox: DjangoOutboxStore) -> None:
-    """The store satisfies the runtime-checkable OutboxStore protocol."""
-    assert isinstance(outbox, OutboxStore)
 
 
 def test_rows_come_back_in_order_with_the_same_envelope(outbox: DjangoOutboxStore) -> None:

@@ -9,7 +9,7 @@ import pytest
 from tests.django.clock import Wall
 from xsm_celery.django.stores import DjangoSnapshotStore
 from xsm_celery.errors import ConflictError, LockTimeoutError
-from xsm_celery.persistence import StateStore, StoredSnapshot
+from xsm_celery.persistence import StoredSnapshot
 
 
 @pytest.fixture
@@ -22,11 +22,6 @@ def wall() -> Wall:
 def store(db_alias: str, wall: Wall) -> DjangoSnapshotStore:
     """An empty snapshot store on each database."""
     return DjangoSnapshotStore(using=db_alias, wall=wall)
-
-
-def test_it_implements_the_protocol(store: DjangoSnapshotStore) -> None:
-    """The store satisfies the runtime-checkable StateStore protocol."""
-    assert isinstance(store, StateStore)
 
 
 def test_versions_start_at_one_and_grow_by_one(store: DjangoSnapshotStore, wall: Wall) -> None:

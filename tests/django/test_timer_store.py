@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from xsm_celery.django.stores import DjangoTimerStore
-from xsm_celery.persistence import TimerStore
 
 NOW = 1_700_000_000.0
 
@@ -14,11 +13,6 @@ NOW = 1_700_000_000.0
 def timers(db_alias: str) -> DjangoTimerStore:
     """An empty timer store on each database."""
     return DjangoTimerStore(using=db_alias)
-
-
-def test_it_implements_the_protocol(timers: DjangoTimerStore) -> None:
-    """The store satisfies the runtime-checkable TimerStore protocol."""
-    assert isinstance(timers, TimerStore)
 
 
 def test_due_returns_only_due_timers_earliest_first(timers: DjangoTimerStore) -> None:

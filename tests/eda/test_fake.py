@@ -17,6 +17,7 @@ from xsm_celery.eda import (
     SyncBrokerAdapter,
     SyncFakeBrokerAdapter,
 )
+from xsm_celery.errors import RunawayChainError
 
 
 class TestSyncFakeContract(SyncBrokerContract):
@@ -156,11 +157,11 @@ def test_drain_handler_failure_nacks_and_propagates() -> None:
 
 
 def test_drain_stops_a_self_feeding_handler() -> None:
-    """A handler publishing to its own topic is stopped at the limit with RuntimeError."""
+    """A handler publishing to its own topic is stopped at the limit as a runaway chain."""
     broker = SyncFakeBrokerAdapter()
     broker.on("a", lambda env: broker.publish("a", _env()))
     broker.deliver("a", _env())
-    with pytest.raises(RuntimeError, match="still not empty"):
+    with pytest.raises(RunawayChainError, match="still not empty"):
         broker.drain(limit=10)
     assert broker.pending("a") == 1
     assert broker.in_flight == 0

@@ -233,3 +233,41 @@ def test_purge_sent_through_the_relay() -> None:
     clock.advance(100)
     assert relay.purge_sent(older_than_s=50) == 2
     assert relay.count() == 0
+
+
+class ThreadRecordingOutbox(SQLiteOutboxStore):
+    """A blocking SQLite outbox that notes which thread made each call."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.threads: list[tuple[str, int]] = []
+
+    def claim(self, *args: object, **kwargs: object) -> list:  # type: ignore[override,type-arg]
+        import threading
+
+        self.threads.append(("claim", threading.get_ident()))
+        return super().claim(*args, **kwargs)  # type: ignore[arg-type]
+
+    def mark_sent(self, seqs: Iterable[int]) -> int:
+        import threading
+
+        self.threads.append(("mark_sent", threading.get_ident()))
+        return super().mark_sent(seqs)
+
+
+def test_async_relay_keeps_blocking_store_calls_off_the_event_loop(tmp_path: Path) -> None:
+    """relay_once claims and settles rows in a worker thread, never on the loop's thread."""
+    import threading
+
+    outbox = ThreadRecordingOutbox(tmp_path / "outbox.db")
+    _fill(outbox, 3)
+    broker = FakeBrokerAdapter()
+    loop_thread: list[int] = []
+
+    async def relay() -> int:
+        loop_thread.append(threading.get_ident())
+        return await OutboxRelay(outbox, broker).relay_once()
+
+    assert asyncio.run(relay()) == 3
+    assert [name for name, _ in outbox.threads] == ["claim", "mark_sent"]
+    assert all(ident != loop_thread[0] for _, ident in outbox.threads)

@@ -88,8 +88,11 @@ def test_unknown_custom_id_target_is_refused() -> None:
 def test_history_states_are_not_supported() -> None:
     """A history state is refused up front with NotSupportedError, not misbehaving later."""
     config = chart(a={"initial": "b", "states": {"b": {}, "h": {"type": "history"}}})
-    with pytest.raises(NotSupportedError, match="history"):
+    with pytest.raises(NotSupportedError, match="history") as caught:
         create_machine(config)
+    assert isinstance(caught.value, ChartError)
+    assert caught.value.path == "states.a.states.h.type"
+    assert str(caught.value).startswith("states.a.states.h.type: ")
 
 
 def test_unknown_keys_are_ignored_unless_strict() -> None:

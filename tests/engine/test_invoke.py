@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from tests.engine.helpers import Recorder
-from xsm_celery import MachineLogic, NotSupportedError, SyncInterpreter, create_machine
+from xsm_celery import MachineLogic, SyncInterpreter, create_machine
+from xsm_celery.errors import AsyncServiceError
 
 
 def fetch_chart(**invoke: Any) -> dict[str, Any]:
@@ -142,7 +143,7 @@ def test_failure_without_on_error_is_logged_and_contained(caplog: pytest.LogCapt
 
 
 def test_async_service_on_sync_interpreter_goes_to_on_error() -> None:
-    """SyncInterpreter cannot await: an async service fails with NotSupportedError."""
+    """SyncInterpreter cannot await: an async service fails with AsyncServiceError."""
 
     async def fetch(i: Any, ctx: Any, e: Any) -> int:
         return 1
@@ -150,7 +151,7 @@ def test_async_service_on_sync_interpreter_goes_to_on_error() -> None:
     interp = started(fetch)
     interp.send("LOAD")
     assert interp.value == "failed"
-    assert isinstance(interp.context["got"][1], NotSupportedError)
+    assert isinstance(interp.context["got"][1], AsyncServiceError)
 
 
 def test_missing_service_goes_to_on_error() -> None:

@@ -125,3 +125,23 @@ def test_fingerprint_is_stable_and_content_sensitive() -> None:
     assert fingerprint("PAY", {"a": 1, "b": 2}) == fingerprint("PAY", {"b": 2, "a": 1})
     assert fingerprint("PAY", {"a": 1}) != fingerprint("PAY", {"a": 2})
     assert fingerprint("PAY", {}) != fingerprint("REFUND", {})
+
+
+@pytest.mark.parametrize("ttl", [-1, float("nan"), float("inf"), "60", True])
+def test_every_inbox_refuses_the_same_bad_ttl(ttl: object) -> None:
+    """The one expiry helper refuses negative, NaN, infinite and non-numeric TTLs alike."""
+    from xsm_celery.persistence.inbox import expiry_time
+
+    with pytest.raises(ValueError, match="ttl_s must be None or a finite number"):
+        expiry_time(ttl, 1_700_000_000.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="ttl_s must be None or a finite number"):
+        MemoryInbox().claim("s", "k", "fp", ttl_s=ttl)  # type: ignore[arg-type]
+
+
+def test_expiry_is_now_plus_ttl_or_never() -> None:
+    """None never expires; a number of seconds is added to the write time."""
+    from xsm_celery.persistence.inbox import expiry_time
+
+    assert expiry_time(None, 100.0) is None
+    assert expiry_time(0, 100.0) == 100.0
+    assert expiry_time(2.5, 100.0) == 102.5

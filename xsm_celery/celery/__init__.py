@@ -11,19 +11,19 @@ Needs the ``celery`` extra. ``ChartTask`` and ``Xsm`` are the two entry points::
 
 from __future__ import annotations
 
-from xsm_celery.errors import MissingExtraError
+from xsm_celery import errors as _errors
 
 try:
     import celery  # noqa: F401
 except ImportError as exc:
-    raise MissingExtraError(extra="celery", module="celery") from exc
+    raise _errors.MissingExtraError(extra="celery", module="celery") from exc
 
 from xsm_celery.celery.admission import DEFERRED_STATE, task_deferred
 from xsm_celery.celery.app import RELAY_OUTBOX_TASK, Xsm
-from xsm_celery.celery.charts import DEFAULT_CHART, load_chart
+from xsm_celery.celery.charts import DEFAULT_CHART, load_task_chart
 from xsm_celery.celery.consumer import DispatcherStep, install_dispatcher
-from xsm_celery.celery.execute import HEADER
 from xsm_celery.celery.fleet import AIMD, Concurrency, RateLimit
+from xsm_celery.celery.header import HEADER
 from xsm_celery.celery.markers import AttemptMarkers, MemoryAttemptMarkers
 from xsm_celery.celery.observability import ObservabilityConfig, observability_config
 from xsm_celery.celery.relay import install_relay, relay_outbox
@@ -37,12 +37,13 @@ from xsm_celery.errors import TaskGaveUp, WorkerLost
 __all__ = [
     # Tasks
     "ChartTask",
+    "DjangoChartTask",
     "Xsm",
     "TaskGaveUp",
     "WorkerLost",
     "HEADER",
     "DEFAULT_CHART",
-    "load_chart",
+    "load_task_chart",
     # Replay
     "TaskReplayResult",
     "replay_task",
@@ -74,3 +75,12 @@ __all__ = [
     "ObservabilityConfig",
     "observability_config",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``DjangoChartTask`` imports Django, so it is loaded only when asked for."""
+    if name == "DjangoChartTask":
+        from xsm_celery.celery.django_task import DjangoChartTask
+
+        return DjangoChartTask
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

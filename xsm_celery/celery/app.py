@@ -19,6 +19,7 @@ from typing import Any
 from xsm_celery.celery.settings import XsmSettings, read_settings
 from xsm_celery.celery.task import ChartTask
 from xsm_celery.celery.timers import FIRE_TIMERS_TASK
+from xsm_celery.errors import ConfigurationError
 
 __all__ = ["RELAY_OUTBOX_TASK", "Xsm"]
 
@@ -89,7 +90,7 @@ def _entry(task: str, name: str, every: float) -> dict[str, Any]:
 
 def _seconds(name: str, value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-        raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
+        raise ConfigurationError(f"{name} must be a number of seconds > 0, got {value!r}")
     return float(value)
 
 

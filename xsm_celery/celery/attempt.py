@@ -12,28 +12,37 @@ the chart settled:
   once so that giving up happens in the same run as the last failure.
 
 Time is a ``SimulatedClock`` that only this module moves, so the delay is whatever the chart's
-named delay computed, carried to Celery in milliseconds without rounding.
+named delay computed, carried to Celery in milliseconds without rounding. Where a timer leads
+and how a chart restarts are asked of the engine (:mod:`xsm_celery.engine.queries`), so guards
+are evaluated, logged and reported exactly as when the timer fires.
 """
 
 from __future__ import annotations
 
 import contextvars
-import json
+import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from xsm_celery.engine import SimulatedClock, SyncInterpreter
-from xsm_celery.engine.events import EngineEvent
+from xsm_celery.engine import Machine, SimulatedClock, SyncInterpreter
+from xsm_celery.engine.queries import fresh_interpreter, next_timer, timer_entries
+from xsm_celery.engine.state import DONE
 from xsm_celery.errors import ConfigurationError, SnapshotError
 
-__all__ = ["DEAD_LETTER_TAG", "Outcome", "Run", "current_run", "run_chart"]
+if TYPE_CHECKING:
+    from xsm_celery.celery.header import ChartHeader
+
+__all__ = ["DEAD_LETTER_TAG", "Run", "Settled", "Verdict", "current_run", "run_chart"]
 
 logger = logging.getLogger(__name__)
 
 #: The tag that marks a state where the task gives up.
 DEAD_LETTER_TAG = "dead-letter"
+
+#: Reports a header that passed its checks but does not restore: ``(reason, detail)``.
+Reject = Callable[[str, str], None]
 
 
 @dataclass
@@ -64,94 +73,110 @@ def current_run() -> Run:
     return _current.get()
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """Where the chart settled: ``done``, ``retry``, ``give_up`` or ``control``."""
+class Verdict(enum.Enum):
+    """What the run does with the task, read from where the chart settled."""
 
-    kind: str
+    #: A final state that is not a dead letter: return the function's result.
+    DONE = "done"
+    #: Waiting on a timer that leads back to an attempt: retry after its delay.
+    RETRY = "retry"
+    #: A dead-letter state: write the dead letter and fail.
+    GIVE_UP = "give_up"
+    #: The function raised one of Celery's control-flow exceptions: re-raise it.
+    CONTROL = "control"
+
+
+@dataclass(frozen=True)
+class Settled:
+    """Where the chart settled after one run, and what the run does about it."""
+
+    verdict: Verdict
     run: Run
-    interpreter: Any
+    interpreter: SyncInterpreter
     delay_ms: float | None = None
     state_id: str | None = None
 
 
-def run_chart(machine: Any, snapshot: str | None, run: Run) -> Outcome:
-    """Take one attempting step of ``machine`` for ``run`` and classify the result."""
+def run_chart(
+    machine: Machine, header: ChartHeader | None, run: Run, reject: Reject | None = None
+) -> Settled:
+    """Take one attempting step of ``machine`` for ``run`` and classify the result.
+
+    Args:
+        machine: The task's chart.
+        header: The checked ``xsm_chart`` header of the message (None: a first run).
+        run: What the ``work`` service runs and records.
+        reject: Told when the header cannot be restored; the chart then starts afresh.
+    """
     clock = SimulatedClock(start_ms=0.0)
     token = _current.set(run)
     try:
-        if snapshot is None:
+        interp = None if header is None else _resume(machine, header, clock, reject)
+        if interp is None:
             interp = SyncInterpreter(machine, clock=clock).start()
-        else:
-            interp = _restore(machine, snapshot, clock)
-            if run.invocations == 0:
-                _fire_next(clock)
         return _classify(machine, interp, clock, run)
     finally:
         _current.reset(token)
 
 
-def _restore(machine: Any, snapshot: str, clock: SimulatedClock) -> Any:
-    """The interpreter the message's snapshot describes, or the chart restarted with its context.
+def _resume(
+    machine: Machine, header: ChartHeader, clock: SimulatedClock, reject: Reject | None
+) -> SyncInterpreter | None:
+    """The chart where the header left it, its pending retry timer fired; None to start afresh.
 
     A deploy may change the chart while retries are in flight. Their snapshots no longer fit,
     so the chart starts again from its initial state with the old context (attempt counter,
     error chain): the task keeps its history and its budget instead of failing on restore.
     """
-    try:
-        return SyncInterpreter.from_snapshot(snapshot, machine, clock=clock)
-    except SnapshotError as exc:
+    if not header.same_structure:
         logger.warning(
-            "chart %r cannot restore the snapshot in the message (%s); starting the chart "
+            "chart %r changed since the snapshot in the message was taken; starting the chart "
             "again with the same context",
             machine.id,
-            exc,
         )
-    restart = {
-        "machine_id": machine.id,
-        "machine_hash": machine.structure_hash,
-        "status": "not_started",
-        "context": _context_of(snapshot),
-        "state_ids": [],
-    }
-    return SyncInterpreter.from_snapshot(restart, machine, clock=clock).start()
-
-
-def _context_of(snapshot: str) -> dict[str, Any]:
+        return fresh_interpreter(
+            SyncInterpreter, machine, header.snapshot["context"], clock
+        ).start()
     try:
-        context = json.loads(snapshot).get("context")
-    except (ValueError, TypeError, AttributeError):
-        return {}
-    return dict(context) if isinstance(context, dict) else {}
+        interp = SyncInterpreter.from_snapshot(header.snapshot, machine, clock=clock)
+    except SnapshotError as exc:
+        if reject is not None:
+            reject("does not restore", str(exc)[:120])
+        return None
+    timer = next_timer(interp)
+    if timer is None:
+        if reject is not None:
+            reject("not waiting on a timer", str(sorted(interp.current_state_ids))[:120])
+        return None
+    clock.advance_to(timer.due)
+    return interp
 
 
-def _fire_next(clock: SimulatedClock) -> None:
-    due = clock.next_due()
-    if due is not None:
-        clock.advance_to(due)
-
-
-def _classify(machine: Any, interp: Any, clock: SimulatedClock, run: Run) -> Outcome:
+def _classify(
+    machine: Machine, interp: SyncInterpreter, clock: SimulatedClock, run: Run
+) -> Settled:
     if run.control is not None:
-        return Outcome("control", run, interp)
+        return Settled(Verdict.CONTROL, run, interp)
     dead = _dead_letter_state(interp)
     if dead is not None:
-        return Outcome("give_up", run, interp, state_id=dead)
-    if interp.status == "done":
-        return Outcome("done", run, interp)
-    if clock.next_due() is None or run.delay_ms is None:
+        return Settled(Verdict.GIVE_UP, run, interp, state_id=dead)
+    if interp.status == DONE:
+        return Settled(Verdict.DONE, run, interp)
+    timer = next_timer(interp)
+    if timer is None or run.delay_ms is None:
         raise ConfigurationError(
             f"retry chart {machine.id!r} settled in {sorted(interp.current_state_ids)} with no "
             "final state and no pending 'after' timer; every path of a task chart must end in "
             "a final state, a 'dead-letter' state, or wait on a named delay"
         )
-    if _timer_gives_up(machine, interp):
-        _fire_next(clock)
+    if any(DEAD_LETTER_TAG in node.tags for node in timer_entries(interp, timer)):
+        # Giving up happens in the same run as the last failure, not one countdown later.
+        clock.advance_to(timer.due)
         return _classify(machine, interp, clock, run)
-    return Outcome("retry", run, interp, delay_ms=run.delay_ms)
+    return Settled(Verdict.RETRY, run, interp, delay_ms=run.delay_ms)
 
 
-def _dead_letter_state(interp: Any) -> str | None:
+def _dead_letter_state(interp: SyncInterpreter) -> str | None:
     if not interp.has_tag(DEAD_LETTER_TAG):
         return None
     for state_id in sorted(interp.current_state_ids):
@@ -159,40 +184,3 @@ def _dead_letter_state(interp: Any) -> str | None:
         if DEAD_LETTER_TAG in node.tags:
             return str(node.id)
     return str(sorted(interp.current_state_ids)[0])
-
-
-def _timer_gives_up(machine: Any, interp: Any) -> bool:
-    """Whether the pending timer's transition would enter a dead-letter state.
-
-    The guards of an ``after`` transition read the context, which nothing changes while the
-    timer waits, so evaluating them now gives the answer the timer will give later.
-    """
-    ctx = interp.context
-    for state_id in interp.current_state_ids:
-        node = machine.get_state(state_id)
-        for owner in (node, *node.ancestors):
-            for after in owner.after:
-                target = _first_enabled(after, ctx)
-                if target is not None:
-                    return any(DEAD_LETTER_TAG in entered.tags for entered in target.entry)
-    return False
-
-
-def _first_enabled(after: Any, ctx: Any) -> Any:
-    event = EngineEvent(after.event_type)
-    for transition in after.transitions:
-        guard = transition.guard
-        if guard is None or _passes(guard, ctx, event):
-            return transition
-    return None
-
-
-def _passes(guard: Any, ctx: Any, event: Any) -> bool:
-    if guard.fn is None:
-        return False
-    try:
-        if guard.takes_params:
-            return bool(guard.fn(ctx, event, guard.params))
-        return bool(guard.fn(ctx, event))
-    except Exception:
-        return False

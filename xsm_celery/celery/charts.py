@@ -15,7 +15,7 @@ from typing import Any
 
 from xsm_celery.errors import ConfigurationError
 
-__all__ = ["DEFAULT_CHART", "ChartSpec", "load_chart", "shipped_charts"]
+__all__ = ["DEFAULT_CHART", "ChartSpec", "load_task_chart", "shipped_charts"]
 
 #: The chart a task runs when it names none: the seed's four-state retry loop.
 DEFAULT_CHART = "task_retry.json"
@@ -30,7 +30,7 @@ def shipped_charts() -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name.endswith(".json"))
 
 
-def load_chart(spec: ChartSpec) -> dict[str, Any]:
+def load_task_chart(spec: ChartSpec) -> dict[str, Any]:
     """Return a private copy of the chart ``spec`` names.
 
     A string is first a file path, then the name of a shipped chart (with or without

@@ -27,7 +27,7 @@ from kombu import Consumer
 from xsm_celery.celery.consumer_dead_letters import adopt_app_dead_letters
 from xsm_celery.eda import Delivery
 from xsm_celery.eda.envelope import DEFAULT_MAX_ENVELOPE_BYTES
-from xsm_celery.errors import BrokerPublishError
+from xsm_celery.errors import BrokerPublishError, ConfigurationError
 from xsm_celery.kombu import DEFAULT_PREFETCH, Partitioning
 from xsm_celery.kombu.inbound import Inbound, settle_message
 from xsm_celery.kombu.subscription import Held, Subscription
@@ -243,9 +243,9 @@ def install_dispatcher(
     """
     names = (topics,) if isinstance(topics, str) else tuple(topics)
     if not names:
-        raise ValueError("install_dispatcher() needs at least one topic")
+        raise ConfigurationError("install_dispatcher() needs at least one topic")
     if not retry_s > 0:
-        raise ValueError(f"retry_s must be > 0 seconds, got {retry_s!r}")
+        raise ConfigurationError(f"retry_s must be > 0 seconds, got {retry_s!r}")
     config = StepConfig(
         factory=dispatcher_factory,
         topics=names,

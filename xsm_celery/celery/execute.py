@@ -1,4 +1,4 @@
-"""Carry out one run of a chart task: read the message, step the chart, act on the outcome.
+"""Carry out one run of a chart task: read the message, step the chart, act on the settled.
 
 Everything that can be computed once per task (the machine, the policy, the settings, the
 function's signature) is in ``Bound``; a run only reads the ``xsm_chart`` header, writes the
@@ -18,13 +18,14 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, assert_never
 
 from celery.exceptions import Retry
 
-from xsm_celery.celery.attempt import Outcome, Run, run_chart
+from xsm_celery.celery.attempt import Run, Settled, Verdict, run_chart
 from xsm_celery.celery.dead_letters import DeadLetterWriter, TaskFailure
-from xsm_celery.celery.facts import AttemptFacts, attempt_of
+from xsm_celery.celery.facts import AttemptFacts
+from xsm_celery.celery.header import HEADER, ChartHeader, HeaderCodec
 from xsm_celery.celery.secrets import mask_exception, mask_header
 from xsm_celery.celery.settings import XsmSettings
 from xsm_celery.celery.spool import DeadLetterSpool
@@ -32,6 +33,7 @@ from xsm_celery.celery.stores import stores_for
 from xsm_celery.celery.time_limits import lost_attempt_error
 from xsm_celery.celery.timers import schedule_retry
 from xsm_celery.celery.workflow import workflow_of
+from xsm_celery.engine import Machine
 from xsm_celery.errors import TaskGaveUp
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns import RetryPolicy
@@ -40,17 +42,15 @@ __all__ = ["HEADER", "Bound", "execute"]
 
 logger = logging.getLogger(__name__)
 
-#: The message header that carries the chart snapshot between runs.
-HEADER = "xsm_chart"
-
 
 @dataclass(frozen=True)
 class Bound:
     """A chart task's per-process constants, built when Celery binds the task."""
 
     app: Any
-    machine: Any
+    machine: Machine
     policy: RetryPolicy
+    codec: HeaderCodec
     settings: XsmSettings
     signature: inspect.Signature | None
     redact_keys: tuple[str, ...] | None
@@ -83,25 +83,28 @@ def _execute(
     facts: AttemptFacts | None,
 ) -> Any:
     request = task.request
-    snapshot = (request.headers or {}).get(HEADER)
+    header = bound.codec.decode(request.headers)
     run = Run(call=functools.partial(task.run, *args, **kwargs))
     if not request.is_eager:
         markers = stores_for(bound.app).markers()
         run.mark = functools.partial(markers.mark, request.id)
         if (request.delivery_info or {}).get("redelivered"):
-            run.lost = _lost_attempt(task, markers, snapshot)
+            run.lost = _lost_attempt(task, markers, header)
             if run.lost is not None:
-                _finish_interrupted_give_up(task, bound, snapshot)
-    outcome = run_chart(bound.machine, snapshot, run)
+                _finish_interrupted_give_up(task, bound, header)
+    settled = run_chart(bound.machine, header, run, bound.codec.reject)
+    verdict = settled.verdict
     if facts is not None:
-        facts.settled(outcome.kind, run.error)
-    if outcome.kind == "done":
+        facts.settled(verdict.value, run.error)
+    if verdict is Verdict.DONE:
         return run.result
-    if outcome.kind == "control":
+    if verdict is Verdict.CONTROL:
         raise _control(run)
-    if outcome.kind == "give_up":
-        raise _give_up(task, bound, outcome, args, kwargs)
-    raise _retry(task, bound, outcome, args, kwargs)
+    if verdict is Verdict.GIVE_UP:
+        raise _give_up(task, bound, settled, args, kwargs)
+    if verdict is Verdict.RETRY:
+        raise _retry(task, bound, settled, args, kwargs)
+    assert_never(verdict)
 
 
 def _control(run: Run) -> BaseException:
@@ -109,9 +112,9 @@ def _control(run: Run) -> BaseException:
     return run.control
 
 
-def _lost_attempt(task: Any, markers: Any, snapshot: str | None) -> BaseException | None:
+def _lost_attempt(task: Any, markers: Any, header: ChartHeader | None) -> BaseException | None:
     """A ``WorkerLost`` if this redelivered message's attempt had started, else None."""
-    attempt = attempt_of(snapshot)
+    attempt = _attempt_of(header)
     try:
         started = markers.started(task.request.id)
     except Exception:
@@ -128,9 +131,14 @@ def _lost_attempt(task: Any, markers: Any, snapshot: str | None) -> BaseExceptio
     return lost_attempt_error(markers, str(task.name), str(task.request.id), attempt)
 
 
-def _finish_interrupted_give_up(task: Any, bound: Bound, snapshot: str | None) -> None:
+def _attempt_of(header: ChartHeader | None) -> int:
+    """The attempt this run makes: one more than the header's counter (1 without one)."""
+    return (0 if header is None else header.attempt) + 1
+
+
+def _finish_interrupted_give_up(task: Any, bound: Bound, header: ChartHeader | None) -> None:
     """End the task if the lost attempt had given up and was writing its dead letter."""
-    record_id = bound.writer.resume(str(task.request.id), attempt_of(snapshot))
+    record_id = bound.writer.resume(str(task.request.id), _attempt_of(header))
     if record_id is not None:
         raise TaskGaveUp(
             f"task {task.name}[{task.request.id}] gave up before its worker died; its dead "
@@ -139,9 +147,9 @@ def _finish_interrupted_give_up(task: Any, bound: Bound, snapshot: str | None) -
 
 
 def _give_up(
-    task: Any, bound: Bound, outcome: Outcome, args: Sequence[Any], kwargs: Mapping[str, Any]
+    task: Any, bound: Bound, settled: Settled, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> BaseException:
-    run, machine = outcome.run, bound.machine
+    run, machine = settled.run, bound.machine
     error = run.error
     bound.writer.write(
         TaskFailure(
@@ -153,26 +161,26 @@ def _give_up(
             machine_id=str(machine.id),
             machine_hash=str(machine.structure_hash),
             machine_version=machine.version,
-            state_id=str(outcome.state_id),
+            state_id=str(settled.state_id),
             event_type=_event_type(machine),
-            snapshot=json.loads(outcome.interpreter.get_snapshot()),
+            snapshot=json.loads(settled.interpreter.get_snapshot()),
             error=error,
             retryable=error is None or bound.policy.should_retry(error),
             workflow=workflow_of(task.request),
         )
     )
-    attempt = outcome.interpreter.context.get("attempt")
+    attempt = settled.interpreter.context.get("attempt")
     emit(FactKind.GAVE_UP, task=str(task.name), task_id=str(task.request.id),
          exception=_type_name(error), attempt=attempt)  # fmt: skip
     if error is None:
         return TaskGaveUp(
             f"task {task.name}[{task.request.id}] entered dead-letter state "
-            f"{outcome.state_id!r} without an error; its dead letter is in the store"
+            f"{settled.state_id!r} without an error; its dead letter is in the store"
         )
     return error
 
 
-def _event_type(machine: Any) -> str:
+def _event_type(machine: Machine) -> str:
     for invoke in machine.invokes:
         if invoke.src == "work":
             return str(invoke.error_type)
@@ -180,18 +188,18 @@ def _event_type(machine: Any) -> str:
 
 
 def _retry(
-    task: Any, bound: Bound, outcome: Outcome, args: Sequence[Any], kwargs: Mapping[str, Any]
+    task: Any, bound: Bound, settled: Settled, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> BaseException:
-    assert outcome.delay_ms is not None
-    delay_s = outcome.delay_ms / 1000.0
+    assert settled.delay_ms is not None
+    delay_s = settled.delay_ms / 1000.0
     secrets = bound.writer.secrets(args, kwargs)
-    headers = {HEADER: mask_header(outcome.interpreter.get_snapshot(), secrets)}
-    error = outcome.run.error
+    headers = bound.codec.encode(mask_header(settled.interpreter.get_snapshot(), secrets))
+    error = settled.run.error
     mask_exception(error, secrets)
     durable = delay_s > bound.settings.timer_countdown_max_s
     emit(FactKind.RETRY_SCHEDULED, task=str(task.name), task_id=str(task.request.id),
          exception=_type_name(error), delay_s=delay_s, durable=durable,
-         attempt=outcome.interpreter.context.get("attempt"))  # fmt: skip
+         attempt=settled.interpreter.context.get("attempt"))  # fmt: skip
     emit(FactKind.OUTBOUND, carrier=headers)
     if not durable:
         result: BaseException = task.retry(countdown=delay_s, exc=error, headers=headers)

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from xsm_celery.celery.attempt import DEAD_LETTER_TAG, current_run
-from xsm_celery.celery.charts import ChartSpec, load_chart
-from xsm_celery.engine import MachineLogic, create_machine
+from xsm_celery.celery.charts import ChartSpec, load_task_chart
+from xsm_celery.engine import Machine, MachineLogic, create_machine
 from xsm_celery.errors import ConfigurationError, XsmError
 from xsm_celery.patterns import ERRORS_CONTEXT_KEY, RetryPolicy
 from xsm_celery.patterns.error_chain import error_entry
@@ -41,7 +41,7 @@ def build_task_machine(
     control: tuple[type[BaseException], ...],
     chart_logic: MachineLogic | None = None,
     redact_keys: tuple[str, ...] | None = None,
-) -> Any:
+) -> Machine:
     """Create the task's machine (validated here, never per run).
 
     Args:
@@ -56,7 +56,7 @@ def build_task_machine(
         ConfigurationError: the chart is invalid, never invokes ``work``, or has no
             ``dead-letter`` state.
     """
-    config = load_chart(chart)
+    config = load_task_chart(chart)
     logic = policy.logic()
     if chart_logic is not None:
         logic = logic.merge(chart_logic)
@@ -75,7 +75,7 @@ def build_task_machine(
     return machine
 
 
-def _check_shape(task_name: str, machine: Any) -> None:
+def _check_shape(task_name: str, machine: Machine) -> None:
     if not any(inv.src == WORK_SERVICE for inv in machine.invokes):
         raise ConfigurationError(
             f"task {task_name!r}: retry chart {machine.id!r} never invokes {WORK_SERVICE!r}; "

@@ -3,8 +3,8 @@
 Every attempt of every chart task writes a marker, so its cost is on every task's path. A
 Redis round trip is most of that cost, and the task does not need the answer before it runs:
 it needs the command to be on its way. So ``mark()`` only sends ``SET`` on a connection of its
-own, and the reply is read when the next marker is sent (or by ``flush()``), by which time it
-has long arrived. At most one reply is ever unread, and it always belongs to the latest ``SET``.
+own, and the replies are read in bunches of :data:`DRAIN_EVERY` (or by ``flush()``, or before a
+``started()`` read), by which time they have long arrived; an error reply is logged then.
 
 This is safe against the crash the marker exists for. Once ``send`` returns, the command is in
 the kernel: on loopback it is already in Redis's socket, and over a network the kernel still
@@ -20,12 +20,16 @@ import logging
 import threading
 from typing import Any
 
-__all__ = ["MARKER_KEY_PREFIX", "RedisAttemptMarkers"]
+__all__ = ["DRAIN_EVERY", "MARKER_KEY_PREFIX", "RedisAttemptMarkers"]
 
 logger = logging.getLogger(__name__)
 
 #: Redis key prefix of attempt markers (``xsm:attempt:<task id>``).
 MARKER_KEY_PREFIX = "xsm:attempt:"
+
+#: Markers sent before their replies are read: one ``recv`` then collects them all, so the
+#: common path costs one ``send`` per attempt. Replies are a few bytes; they wait in the socket.
+DRAIN_EVERY = 32
 
 
 class RedisAttemptMarkers:
@@ -39,6 +43,8 @@ class RedisAttemptMarkers:
     def __init__(self, url: str, ttl_s: float) -> None:
         self._url = url
         self._ttl = max(1, int(ttl_s))
+        ttl = str(self._ttl).encode()
+        self._ttl_field = b"$2\r\nEX\r\n$%d\r\n%s\r\n" % (len(ttl), ttl)
         self._local = threading.local()
 
     @classmethod
@@ -47,16 +53,22 @@ class RedisAttemptMarkers:
         return cls(url, ttl_s)
 
     def mark(self, task_id: str, attempt: int) -> None:
-        """Send ``SET xsm:attempt:<id> <attempt> EX <ttl>``; its reply is read later."""
-        conn = self._connection()
-        self._drain(conn)
-        command = ("SET", MARKER_KEY_PREFIX + task_id, attempt, "EX", self._ttl)
+        """Send ``SET xsm:attempt:<id> <attempt> EX <ttl>``; its reply is read later.
+
+        The command is packed here rather than by redis-py's generic packer: it is the one
+        write on every attempt's path, and its shape never changes.
+        """
+        local = self._local
+        conn = local.conn if hasattr(local, "conn") else self._connection()
+        if local.pending >= DRAIN_EVERY:
+            self._drain(conn)
+        command = _pack_set(MARKER_KEY_PREFIX + task_id, attempt, self._ttl_field)
         try:
-            conn.send_command(*command)
+            conn.send_packed_command([command], check_health=False)
         except OSError:
             conn.disconnect()
-            conn.send_command(*command)
-        self._local.pending += 1
+            conn.send_packed_command([command], check_health=False)
+        local.pending += 1
 
     def flush(self) -> None:
         """Read the replies of the markers sent so far; an error reply is logged."""
@@ -95,3 +107,16 @@ class RedisAttemptMarkers:
                 logger.warning("an attempt marker was not stored", exc_info=True)
                 conn.disconnect()
                 self._local.pending = 0
+
+
+def _pack_set(key: str, attempt: int, ttl_field: bytes) -> bytes:
+    """``SET key attempt EX ttl`` in the Redis protocol (RESP), as one buffer."""
+    raw_key = key.encode("utf-8")
+    value = str(int(attempt)).encode()
+    return b"*5\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n%s" % (
+        len(raw_key),
+        raw_key,
+        len(value),
+        value,
+        ttl_field,
+    )

@@ -30,7 +30,7 @@ from xsm_celery.celery import setting_checks
 from xsm_celery.celery.app import RELAY_OUTBOX_TASK
 from xsm_celery.celery.django_stores import is_django_url, open_django_store
 from xsm_celery.celery.settings import register_keys
-from xsm_celery.eda.relay import OutboxRelay
+from xsm_celery.eda.relay import DEFAULT_BATCH, OutboxRelay
 from xsm_celery.errors import ConfigurationError
 from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S
 
@@ -46,8 +46,8 @@ __all__ = [
     "relay_pending",
 ]
 
-#: Rows one batch of the Beat relay publishes (one kombu publish batch on Redis).
-DEFAULT_RELAY_BATCH = 500
+#: Rows one batch of the Beat relay publishes: the relay's own default, in one home.
+DEFAULT_RELAY_BATCH = DEFAULT_BATCH
 #: Batches one task run publishes at most before leaving the rest to the next tick.
 DEFAULT_MAX_BATCHES = 100
 

@@ -11,7 +11,6 @@ succeed with the wrong value.
 
 from __future__ import annotations
 
-import getpass
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +21,7 @@ from xsm_celery.celery.workflow import replay_options
 from xsm_celery.engine.redact import REDACTED
 from xsm_celery.errors import ReplayRefusedError
 from xsm_celery.hooks import FactKind, emit
+from xsm_celery.operators import current_actor
 
 __all__ = ["TaskReplayResult", "replay_task"]
 
@@ -79,7 +79,7 @@ def replay_task(
     app.send_task(name, args=args, kwargs=kwargs, task_id=task_id, **options)
     store.mark_resolved(record_id, time.time())
     outcome = f"sent {name} as task {task_id}"
-    store.audit(record_id, "replay", actor=actor or _login(), reason=reason, outcome=outcome)
+    store.audit(record_id, "replay", actor=current_actor(actor), reason=reason, outcome=outcome)
     emit(FactKind.DEAD_LETTER_REPLAYED, source="task", task=name, task_id=task_id,
          record_id=record_id, reason=record.reason)  # fmt: skip
     return TaskReplayResult(record_id, False, outcome, name, task_id, args, kwargs, warnings)
@@ -143,10 +143,3 @@ def _import_task_modules(app: Any) -> None:
         app.loader.import_default_modules()
     except Exception:  # a project module that fails here fails in the worker too
         return
-
-
-def _login() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"

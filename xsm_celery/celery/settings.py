@@ -56,6 +56,7 @@ _REGISTRARS = (
     "xsm_celery.celery.consumer",
     "xsm_celery.celery.fleet",
     "xsm_celery.celery.observability",
+    "xsm_celery.celery.header",
 )
 _registered: set[str] = set()
 #: A check of a value: ``(setting key, value) -> the value to use``; raises ConfigurationError.
@@ -107,7 +108,7 @@ def register_keys(*keys: str, checks: Mapping[str, Check] | None = None) -> None
     """
     for key in (*keys, *(checks or {})):
         if not key.startswith(_PREFIX):
-            raise ValueError(f"setting {key!r} must start with {_PREFIX!r}")
+            raise ConfigurationError(f"setting {key!r} must start with {_PREFIX!r}")
         _registered.add(key)
     _registered_checks.update(checks or {})
 

@@ -26,6 +26,7 @@ from xsm_celery.celery.admission import run_admitted
 from xsm_celery.celery.charts import ChartSpec
 from xsm_celery.celery.execute import Bound, execute
 from xsm_celery.celery.fleet import fleet_plan
+from xsm_celery.celery.header import HeaderCodec, signing_key
 from xsm_celery.celery.machine import build_task_machine
 from xsm_celery.celery.serialization import require_json
 from xsm_celery.celery.settings import read_settings
@@ -134,6 +135,7 @@ def _bind(cls: type[ChartTask], app: Any) -> Bound:
         app=app,
         machine=machine,
         policy=policy,
+        codec=HeaderCodec.for_task(name, machine, policy, signing_key(app.conf)),
         settings=settings,
         signature=_signature(cls),
         redact_keys=keys,

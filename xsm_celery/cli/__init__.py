@@ -7,7 +7,7 @@ install, instead of failing with an import traceback.
 from __future__ import annotations
 
 import sys
-from typing import NoReturn
+import typing
 
 __all__ = ["main"]
 
@@ -21,7 +21,7 @@ except ImportError as exc:
         raise
     _missing = exc.name
 
-    def main() -> NoReturn:  # type: ignore[misc]
+    def main() -> typing.NoReturn:  # type: ignore[misc]
         """Say which extra to install, and exit 1."""
         print(
             f"xsm-celery needs {_missing!r}, which is not installed; run: "

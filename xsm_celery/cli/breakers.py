@@ -172,13 +172,13 @@ def reset(ctx: click.Context, name: str, reason: str | None, yes: bool, actor: s
     if not yes:
         raise CliError("refusing to reset without --yes")
     target = _target(ctx)
+    from xsm_celery.operators import current_actor
     from xsm_celery.redis.fleet_ops import audit_reset, find_key, reset_fleet
-    from xsm_celery.sqlalchemy.dead_letters import current_actor
 
     audit_store = target.dlq.store()
     store = target.store()
     key = _call(find_key, store, name)
     outcome = _call(reset_fleet, store, key, target.breaker_config())
-    who = actor or current_actor()
+    who = current_actor(actor)
     _call(audit_reset, audit_store, key, actor=who, reason=reason.strip(), outcome=outcome)
     click.echo(f"reset {key.kind}:{key.name}: {outcome} (audited as {who})")

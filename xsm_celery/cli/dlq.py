@@ -12,42 +12,36 @@ a resolve and a purge each need ``--yes`` and a ``--reason``; all three write an
 from __future__ import annotations
 
 import json
-import re
 import time
 from typing import Any
 
 import click
 
+from xsm_celery import operators
 from xsm_celery.cli.base import EXIT_REPLAY_FAILED, CliError, OneLineGroup
 from xsm_celery.cli.render import dead_letter_detail, dead_letters_table, make_console
 from xsm_celery.cli.replay import ReplayOptions, ReplayReport, replay_record
 from xsm_celery.cli.target import DlqTarget
 from xsm_celery.errors import XsmError
+from xsm_celery.operators import PURGE_ALL, current_actor
 from xsm_celery.patterns.dead_letter import purge_resolved_older_than
 
 __all__ = ["dlq", "parse_age"]
 
-_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
-
 #: The most records one ``list`` prints (a larger ``--limit`` is refused, not sent to SQL).
 MAX_LIST_LIMIT = 100_000
 
-#: The audit ``record_id`` of a purge by age, which concerns every matching record.
-PURGE_ALL = "*"
-
 
 def parse_age(text: str) -> float:
-    """``90s``, ``15m``, ``12h``, ``30d`` or ``2w`` as seconds.
+    """``90s``, ``15m``, ``12h``, ``30d`` or ``2w`` as seconds (see ``operators.parse_age``).
 
     Raises:
         CliError: the text is not a number followed by one of s, m, h, d, w.
     """
-    match = _AGE.match(text)
-    if match is None:
-        raise CliError(f"invalid --older-than {text!r}: use a number and a unit, e.g. 90s, "
-                       "15m, 12h, 30d, 2w")
-    return float(match.group(1)) * _UNIT_S[match.group(2)]
+    try:
+        return operators.parse_age(text)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _echo_json(value: Any) -> None:
@@ -251,7 +245,6 @@ def purge(ctx: click.Context, *, older_than: str | None, record_id: str | None, 
 
 def _audit(store: Any, record_id: str, action: str, *, actor: str | None, reason: str,
            outcome: str) -> None:
-    from xsm_celery.sqlalchemy.dead_letters import current_actor
 
-    _call(store.audit, record_id, action, actor=actor or current_actor(), reason=reason,
+    _call(store.audit, record_id, action, actor=current_actor(actor), reason=reason,
           outcome=outcome)

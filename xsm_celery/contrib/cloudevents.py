@@ -23,7 +23,12 @@ from xsm_celery.eda.envelope import (
     Envelope,
     is_credential_name,
 )
-from xsm_celery.errors import EnvelopeCorruptError, EnvelopeTooLargeError, MissingExtraError
+from xsm_celery.errors import (
+    ArgumentTypeError,
+    EnvelopeCorruptError,
+    EnvelopeTooLargeError,
+    MissingExtraError,
+)
 
 __all__ = [
     "STRUCTURED_CONTENT_TYPE",
@@ -74,7 +79,7 @@ def from_cloudevent(event: Any) -> Envelope:
         attributes = dict(event.get_attributes())
         data = event.get_data()
     except AttributeError as exc:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"from_cloudevent() needs a CloudEvents SDK event, got {type(event).__name__}"
         ) from exc
     for name, value in list(attributes.items()):

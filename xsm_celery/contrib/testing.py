@@ -15,6 +15,7 @@ from typing import Any
 from xsm_celery.eda.envelope import Envelope
 from xsm_celery.eda.fake import BrokerPublishError, FakeBrokerAdapter, SyncFakeBrokerAdapter
 from xsm_celery.engine import Machine, SimulatedClock, SyncInterpreter, public_context
+from xsm_celery.errors import ArgumentTypeError
 
 __all__ = [
     "BrokerPublishError",
@@ -45,7 +46,9 @@ def replay(
     interp.start()
     for item in events:
         if isinstance(item, bool):
-            raise TypeError("replay() items are events, envelopes or milliseconds, not bools")
+            raise ArgumentTypeError(
+                "replay() items are events, envelopes or milliseconds, not bools"
+            )
         if isinstance(item, int | float):
             timer.increment(item)
         elif isinstance(item, Envelope):
@@ -62,7 +65,7 @@ def _state_of(expected: Any) -> tuple[set[str], dict[str, Any]]:
     text = getattr(expected, "snapshot", expected)
     data = json.loads(text) if isinstance(text, str | bytes) else text
     if not isinstance(data, Mapping):
-        raise TypeError(f"cannot compare against {type(expected).__name__}")
+        raise ArgumentTypeError(f"cannot compare against {type(expected).__name__}")
     return set(data.get("state_ids", ())), public_context(data.get("context", {}))
 
 

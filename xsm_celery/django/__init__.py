@@ -11,11 +11,11 @@ Nothing here imports models at import time, so the package is safe to import bef
 
 from __future__ import annotations
 
-from xsm_celery.errors import MissingExtraError
+from xsm_celery import errors as _errors
 
 try:
     import django  # noqa: F401
 except ImportError as exc:
-    raise MissingExtraError(extra="django", module="django") from exc
+    raise _errors.MissingExtraError(extra="django", module="django") from exc
 
 __all__: list[str] = []

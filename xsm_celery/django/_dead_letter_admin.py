@@ -44,6 +44,15 @@ ACTION_PERMISSIONS = {
 }
 
 
+
+#: Characters of an id the admin's list shows (the random tail of a UUIDv7-style id).
+SHORT_ID_CHARS = 12
+
+
+def short_id(record_id: str) -> str:
+    """The part of a record id that tells records apart: its random tail."""
+    return record_id[-SHORT_ID_CHARS:]
+
 class ReasonFilter(admin.SimpleListFilter):
     """Every reason the library writes, read from ``DeadLetterReason`` when the page is drawn.
 
@@ -132,7 +141,12 @@ class DeadLetterRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description=_("id"), ordering="id")
     def short_id(self, obj: DeadLetterRecord) -> str:
-        return obj.id[:13]
+        """The id's last 12 characters: its random part.
+
+        Ids are UUIDv7-style, so their first characters are only the creation millisecond:
+        two dead letters written in the same millisecond would look alike there.
+        """
+        return short_id(obj.id)
 
     @admin.display(description=_("reason"), ordering="reason")
     def reason_label(self, obj: DeadLetterRecord) -> str:

@@ -16,6 +16,7 @@ from django.db import transaction
 
 from xsm_celery.django._dates import to_datetime
 from xsm_celery.django._errors import store_errors
+from xsm_celery.errors import ArgumentTypeError
 from xsm_celery.patterns.dead_letter import DeadLetter, check_cutoff, check_limit
 from xsm_celery.patterns.dead_letter_redaction import plain_json, redact_record
 
@@ -75,7 +76,7 @@ class DjangoDeadLetterStore:
     def put(self, record: DeadLetter) -> str:
         """Store ``record`` (replacing one with the same id) and return its id."""
         if not isinstance(record, DeadLetter):
-            raise TypeError(f"put() takes a DeadLetter, got {type(record).__name__}")
+            raise ArgumentTypeError(f"put() takes a DeadLetter, got {type(record).__name__}")
         values = record_to_row(self._redact(record))
         with store_errors("put", self.using), transaction.atomic(using=self.using):
             _records().objects.using(self.using).update_or_create(id=record.id, defaults=values)

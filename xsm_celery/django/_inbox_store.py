@@ -15,6 +15,7 @@ from django.db.models import Q
 from xsm_celery.django._base import DjangoStoreBase
 from xsm_celery.django._dates import to_datetime
 from xsm_celery.django._errors import store_errors
+from xsm_celery.persistence.inbox import expiry_time
 from xsm_celery.persistence.protocols import InboxEntry
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ class DjangoInbox(DjangoStoreBase):
     def claim(self, scope: str, key: str, fingerprint: str, *, ttl_s: float | None) -> bool:
         """Record ``(scope, key)`` as in flight; True only for the caller that won."""
         now = self._wall()
-        expires = _expiry(now, ttl_s)
+        expires = expiry_time(ttl_s, now)
         model = _model()
         with store_errors("claim", self.using):
             try:
@@ -67,7 +68,7 @@ class DjangoInbox(DjangoStoreBase):
     def mark(self, scope: str, key: str, receipt: str, *, ttl_s: float | None) -> None:
         """Store the receipt of a key; later claims are answered with it."""
         now = self._wall()
-        values = {"receipt": receipt, "expires_at": _expiry(now, ttl_s)}
+        values = {"receipt": receipt, "expires_at": expiry_time(ttl_s, now)}
         model = _model()
         with store_errors("mark", self.using), transaction.atomic(using=self.using):
             updated = model.objects.using(self.using).filter(scope=scope, key=key).update(**values)
@@ -109,11 +110,3 @@ def _model() -> type[InboxRecord]:
 
 def _live(now: float) -> Q:
     return Q(expires_at__isnull=True) | Q(expires_at__gt=now)
-
-
-def _expiry(now: float, ttl_s: float | None) -> float | None:
-    if ttl_s is None:
-        return None
-    if not ttl_s >= 0:
-        raise ValueError(f"ttl_s must be None or >= 0 seconds, got {ttl_s!r}")
-    return now + ttl_s

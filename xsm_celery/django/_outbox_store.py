@@ -19,6 +19,7 @@ from django.db.models import Q
 from xsm_celery.django._base import DjangoStoreBase
 from xsm_celery.django._dates import to_datetime
 from xsm_celery.django._errors import store_errors
+from xsm_celery.errors import ConfigurationError
 from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, OutboxRecord
 
 if TYPE_CHECKING:
@@ -67,9 +68,11 @@ class DjangoOutboxStore(DjangoStoreBase):
         ``owner`` come back again, so a restarted relay reclaims its own rows at once.
         """
         if not owner:
-            raise ValueError("owner must be a non-empty string naming the relay")
+            raise ConfigurationError("owner must be a non-empty string naming the relay")
         if not lease_s > 0:
-            raise ValueError(f"lease_s must be a positive number of seconds, got {lease_s!r}")
+            raise ConfigurationError(
+                f"lease_s must be a positive number of seconds, got {lease_s!r}"
+            )
         now = self._wall()
         until = now + lease_s
         free = Q(claimed_until__isnull=True) | Q(claimed_until__lte=now) | Q(claimed_by=owner)
@@ -104,7 +107,7 @@ class DjangoOutboxStore(DjangoStoreBase):
     def purge_sent(self, *, older_than_s: float = 86400.0) -> int:
         """Delete rows sent more than ``older_than_s`` seconds ago; return how many."""
         if not older_than_s >= 0:
-            raise ValueError(f"older_than_s must be >= 0 seconds, got {older_than_s!r}")
+            raise ConfigurationError(f"older_than_s must be >= 0 seconds, got {older_than_s!r}")
         cutoff = self._wall() - older_than_s
         rows = _model().objects.using(self.using).filter(sent_at__lt=cutoff)
         with store_errors("purge_sent", self.using):
@@ -137,7 +140,7 @@ def _model() -> type[OutboxMessage]:
 
 def _limit(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise ValueError(f"limit must be an integer >= 0, got {limit!r}")
+        raise ConfigurationError(f"limit must be an integer >= 0, got {limit!r}")
     return limit
 
 

@@ -22,7 +22,7 @@ from django.db.models import F
 from xsm_celery.django._base import DjangoStoreBase
 from xsm_celery.django._dates import to_datetime
 from xsm_celery.django._errors import store_errors
-from xsm_celery.errors import ConflictError, LockTimeoutError
+from xsm_celery.errors import ConfigurationError, ConflictError, LockTimeoutError
 from xsm_celery.persistence.memory import DEFAULT_MAX_SNAPSHOT_BYTES, check_key, check_snapshot
 from xsm_celery.persistence.protocols import StoredSnapshot
 
@@ -109,7 +109,7 @@ class DjangoSnapshotStore(DjangoStoreBase):
     def list_keys(self, *, prefix: str = "", limit: int = 1000) -> builtins.list[str]:
         """Up to ``limit`` keys starting with ``prefix``, sorted."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-            raise ValueError(f"limit must be an integer >= 0, got {limit!r}")
+            raise ConfigurationError(f"limit must be an integer >= 0, got {limit!r}")
         rows = _model().objects.using(self.using).order_by("key")
         if prefix:
             rows = rows.filter(key__startswith=prefix)

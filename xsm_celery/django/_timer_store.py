@@ -13,6 +13,7 @@ from django.db.models import Q
 from xsm_celery.django._base import DjangoStoreBase
 from xsm_celery.django._dates import to_datetime
 from xsm_celery.django._errors import store_errors
+from xsm_celery.errors import ConfigurationError
 from xsm_celery.ids import new_id
 from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, DueTimer
 
@@ -38,9 +39,11 @@ class DjangoTimerStore(DjangoStoreBase):
     def schedule(self, key: str, due_at_wall: float, payload: dict[str, Any]) -> str:
         """Store a timer for instance ``key`` due at ``due_at_wall``; return its id."""
         if isinstance(due_at_wall, bool) or not isinstance(due_at_wall, int | float):
-            raise ValueError(f"due_at_wall must be epoch seconds, got {due_at_wall!r}")
+            raise ConfigurationError(f"due_at_wall must be epoch seconds, got {due_at_wall!r}")
         if not math.isfinite(due_at_wall):
-            raise ValueError(f"due_at_wall must be finite epoch seconds, got {due_at_wall!r}")
+            raise ConfigurationError(
+                f"due_at_wall must be finite epoch seconds, got {due_at_wall!r}"
+            )
         timer_id = new_id()
         with store_errors("schedule", self.using):
             _model().objects.using(self.using).create(
@@ -67,9 +70,13 @@ class DjangoTimerStore(DjangoStoreBase):
         ``owner`` come back again.
         """
         if not owner:
-            raise ValueError("owner must be a non-empty string naming the scanner")
+            raise ConfigurationError(
+                "owner must be a non-empty string naming the scanner"
+            )
         if not lease_s > 0:
-            raise ValueError(f"lease_s must be a positive number of seconds, got {lease_s!r}")
+            raise ConfigurationError(
+                f"lease_s must be a positive number of seconds, got {lease_s!r}"
+            )
         until = now + lease_s
         free = Q(claimed_until__isnull=True) | Q(claimed_until__lte=now) | Q(claimed_by=owner)
         rows = _model().objects.using(self.using).filter(free, due_at__lte=now)
@@ -126,7 +133,7 @@ def _model() -> type[DurableTimer]:
 
 def _limit(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise ValueError(f"limit must be an integer >= 0, got {limit!r}")
+        raise ConfigurationError(f"limit must be an integer >= 0, got {limit!r}")
     return limit
 
 

@@ -100,5 +100,5 @@ def _from_package(record: DeadLetter) -> Mapping[str, Any] | None:
 def _parse(text: str, where: str) -> Mapping[str, Any]:
     config = json.loads(text)
     if not isinstance(config, dict):
-        raise ValueError(f"{where} is not a JSON object")
+        raise ConfigurationError(f"{where} is not a JSON object")
     return config

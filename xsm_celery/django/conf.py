@@ -14,14 +14,16 @@ from typing import Any
 from django.conf import settings as django_settings
 
 from xsm_celery.checks import key_names, positive_int, unknown_name_message
+from xsm_celery.eda.relay import DEFAULT_BATCH
 from xsm_celery.errors import ConfigurationError
+from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S
 
 __all__ = ["XsmDjangoSettings", "get_settings", "import_string"]
 
-#: Rows a relay leases per run, the seed's default batch.
-DEFAULT_RELAY_BATCH = 100
-#: Seconds a relay owns the rows it claimed, the seed's ``DEFAULT_CLAIM_LEASE_S``.
-DEFAULT_RELAY_LEASE_S = 30.0
+#: Rows a relay leases per run: the relay's own default.
+DEFAULT_RELAY_BATCH = DEFAULT_BATCH
+#: Seconds a relay owns the rows it claimed: the stores' ``DEFAULT_CLAIM_LEASE_S``.
+DEFAULT_RELAY_LEASE_S = DEFAULT_CLAIM_LEASE_S
 #: Upper bound on the records one bulk replay from the admin may touch.
 DEFAULT_BULK_REPLAY_LIMIT = 500
 

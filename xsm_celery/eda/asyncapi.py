@@ -23,7 +23,7 @@ from typing import Any
 from xsm_celery.eda.envelope import SPECVERSION
 from xsm_celery.eda.outbox import PublishSpec, consumed_events, publish_specs
 from xsm_celery.engine import Machine
-from xsm_celery.errors import MissingExtraError
+from xsm_celery.errors import ConfigurationError, MissingExtraError
 
 __all__ = [
     "ASYNCAPI_VERSION",
@@ -164,7 +164,7 @@ def _operation(action: str, channel: str, key: str, summary: str) -> dict[str, A
 
 def _check_topic(name: str, value: object) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{name} must be a non-empty topic or queue name, got {value!r}")
+        raise ConfigurationError(f"{name} must be a non-empty topic or queue name, got {value!r}")
     return value
 
 

@@ -8,11 +8,11 @@ publish that was not accepted raises instead of returning.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from xsm_celery.eda.envelope import Envelope
+from xsm_celery.engine.awaiting import maybe_await
 
 __all__ = [
     "BatchPublisher",
@@ -86,8 +86,3 @@ class BatchPublisher(Protocol):
         """Publish every envelope on ``topic`` in order; raise if any was not accepted."""
 
 
-async def maybe_await(value: Any) -> Any:
-    """Await ``value`` if it is awaitable, so one code path drives both adapter kinds."""
-    if inspect.isawaitable(value):
-        return await value
-    return value

@@ -9,9 +9,7 @@ producer or a plugin configured with a shorter key list.
 
 from __future__ import annotations
 
-import asyncio
 import builtins
-import inspect
 import json
 import logging
 import os
@@ -21,7 +19,9 @@ from dataclasses import replace
 from typing import Any
 
 from xsm_celery.eda.envelope import Envelope, EnvelopeTooLargeError
+from xsm_celery.engine.awaiting import finish
 from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS
+from xsm_celery.errors import ArgumentTypeError, ConfigurationError
 from xsm_celery.patterns.dead_letter import DeadLetter, check_cutoff, check_limit
 from xsm_celery.patterns.dead_letter_redaction import redact_record
 from xsm_celery.persistence.sqlite import SQLiteDatabase
@@ -43,7 +43,7 @@ DEAD_LETTER_EVENT_TYPE = "xsm.deadletter"
 def dlq_topic(topic: str) -> str:
     """Return the dead-letter topic of ``topic``: ``orders`` becomes ``orders.dlq``."""
     if not isinstance(topic, str) or not topic:
-        raise ValueError(f"topic must be a non-empty string, got {topic!r}")
+        raise ConfigurationError(f"topic must be a non-empty string, got {topic!r}")
     return f"{topic}.dlq"
 
 
@@ -109,7 +109,7 @@ class SQLiteDeadLetterStore:
     def put(self, record: DeadLetter) -> str:
         """Store ``record`` redacted (replacing one with the same id); return its id."""
         if not isinstance(record, DeadLetter):
-            raise TypeError(f"put() takes a DeadLetter, got {type(record).__name__}")
+            raise ArgumentTypeError(f"put() takes a DeadLetter, got {type(record).__name__}")
         clean = redact_record(record, self._keys)
         with self.db.transaction() as conn:
             seq = conn.execute("SELECT COALESCE(MAX(inserted), 0) + 1 FROM xsm_dead_letters")
@@ -239,16 +239,7 @@ class BrokerDeadLetterSink:
         return env
 
     def _publish(self, env: Envelope) -> None:
-        result = self.broker.publish(self.topic, env)
-        if not inspect.isawaitable(result):
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            asyncio.run(_await(result))
-            return
-        task = loop.create_task(_await(result))
-        task.add_done_callback(_log_failure)
+        finish(self.broker.publish(self.topic, env), "publishing a dead letter")
 
     def __getattr__(self, name: str) -> Any:
         if (
@@ -269,10 +260,3 @@ class BrokerDeadLetterSink:
         raise AttributeError(name)
 
 
-async def _await(value: Any) -> Any:
-    return await value
-
-
-def _log_failure(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        logger.error("publishing a dead letter failed", exc_info=task.exception())

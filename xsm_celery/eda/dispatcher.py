@@ -18,14 +18,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from xsm_celery.eda.broker import Delivery, maybe_await
+from xsm_celery.eda.broker import Delivery
 from xsm_celery.eda.envelope import Envelope, default_event_name
 from xsm_celery.eda.handling import Handling, Outcome
 from xsm_celery.eda.outbox import collect_publishes
 from xsm_celery.engine import Machine
+from xsm_celery.engine.awaiting import finish, maybe_await
 from xsm_celery.engine.clock import Clock
+from xsm_celery.errors import ConfigurationError
 from xsm_celery.persistence.idempotency import IdempotencyPlugin
 from xsm_celery.persistence.locks import OptimisticLock
+from xsm_celery.persistence.protocols import Inbox, LockStrategy, StateStore
 
 __all__ = [
     "DEFAULT_BATCH",
@@ -123,12 +126,12 @@ class InboundDispatcher:
 
     def __init__(
         self,
-        store: Any,
+        store: StateStore,
         machine_for_type: Mapping[str, Machine] | Callable[[str], Machine | None],
         *,
-        lock: Any = None,
+        lock: LockStrategy | None = None,
         plugins: Iterable[Any] = (),
-        inbox: Any = None,
+        inbox: Inbox | None = None,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         dead_letters: Any = None,
@@ -143,9 +146,11 @@ class InboundDispatcher:
         for name, value in (("max_in_flight", max_in_flight), ("max_attempts", max_attempts),
                             ("batch", batch)):  # fmt: skip
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+                raise ConfigurationError(f"{name} must be an int >= 1, got {value!r}")
         if on_unknown not in ("dead_letter", "ignore"):
-            raise ValueError(f"on_unknown must be 'dead_letter' or 'ignore', got {on_unknown!r}")
+            raise ConfigurationError(
+                f"on_unknown must be 'dead_letter' or 'ignore', got {on_unknown!r}"
+            )
         #: Whether ``dead_letters`` is the in-memory default (a host such as the Celery
         #: consumer step replaces it with a shared store).
         self.dead_letters_defaulted = dead_letters is None
@@ -224,7 +229,7 @@ class InboundDispatcher:
         with collect_publishes() as pending:
             result = Handling(self, raw, topic).run()
         for item in pending:
-            _run_coroutine(item)
+            finish(item, "outbox publish")
         if result[1] is Outcome.REQUEUE:
             self.excuse(result[0])
         return result
@@ -383,19 +388,3 @@ async def _settle(settle: Callable[..., Any], delivery: Delivery, **options: Any
         logger.exception(_SETTLE_FAILED, _envelope_id(delivery))
 
 
-def _run_coroutine(item: Any) -> None:
-    """Finish an async publish started from the blocking loop (no loop runs on this thread)."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        asyncio.run(_await(item))
-        return
-    _background.add(task := loop.create_task(_await(item)))
-    task.add_done_callback(_background.discard)
-
-
-_background: set[asyncio.Task[Any]] = set()
-
-
-async def _await(item: Any) -> Any:
-    return await item

@@ -19,7 +19,7 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from xsm_celery.errors import EnvelopeCorruptError, EnvelopeTooLargeError
+from xsm_celery.errors import ConfigurationError, EnvelopeCorruptError, EnvelopeTooLargeError
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.ids import new_id
 from xsm_celery.persistence.memory import MAX_KEY_LENGTH
@@ -190,7 +190,7 @@ def _check_depth(data: object) -> None:
 
 
 def _refuse_constant(name: str) -> None:
-    raise ValueError(f"{name} is not valid JSON")
+    raise ConfigurationError(f"{name} is not valid JSON")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,12 @@ from typing import Any
 
 from xsm_celery.eda.broker import Delivery
 from xsm_celery.eda.envelope import DEFAULT_MAX_ENVELOPE_BYTES, Envelope
-from xsm_celery.errors import BrokerPublishError
+from xsm_celery.errors import (
+    ArgumentTypeError,
+    BrokerPublishError,
+    ConfigurationError,
+    RunawayChainError,
+)
 
 __all__ = [
     "DEFAULT_DRAIN_LIMIT",
@@ -64,11 +69,11 @@ class _Bus:
     def fail_next_publish(self, error: Exception | None = None, *, times: int = 1) -> None:
         """Make the next ``times`` publishes raise ``error`` (``BrokerPublishError`` by default)."""
         if error is not None and not isinstance(error, Exception):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"fail_next_publish() needs an Exception instance, got {type(error).__name__}"
             )
         if isinstance(times, bool) or not isinstance(times, int) or times < 1:
-            raise ValueError(f"times must be an int >= 1, got {times!r}")
+            raise ConfigurationError(f"times must be an int >= 1, got {times!r}")
         with self._cond:
             for _ in range(times):
                 self._failures.append(error or BrokerPublishError("injected publish failure"))
@@ -116,7 +121,7 @@ class _Bus:
         is drained in the same call. More than ``limit`` envelopes raise ``RuntimeError``.
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"drain(): limit must be an int >= 1, got {limit!r}")
+            raise ConfigurationError(f"drain(): limit must be an int >= 1, got {limit!r}")
         handled = 0
         while True:
             with self._cond:
@@ -131,9 +136,10 @@ class _Bus:
                 delivery, pending = taken
                 if handled >= limit:
                     self._release(pending)
-                    raise RuntimeError(
+                    raise RunawayChainError(
                         f"drain() handled {limit} envelopes and '{name}' is still not empty; "
-                        "is a handler publishing to its own topic?"
+                        "is a handler publishing to its own topic?",
+                        limit=limit,
                     )
                 progressed = True
                 self._run_handler(handler, delivery, pending)
@@ -156,13 +162,13 @@ class _Bus:
 
     def _wire(self, envelope: Envelope) -> Envelope:
         if not isinstance(envelope, Envelope):
-            raise TypeError(f"an Envelope is needed, got {type(envelope).__name__}")
+            raise ArgumentTypeError(f"an Envelope is needed, got {type(envelope).__name__}")
         text = envelope.to_json(max_bytes=self.max_bytes)
         return Envelope.from_json(text, max_bytes=self.max_bytes)
 
     def _publish(self, topic: str, envelope: Envelope) -> None:
         if not isinstance(envelope, Envelope):
-            raise TypeError(f"publish() needs an Envelope, got {type(envelope).__name__}")
+            raise ArgumentTypeError(f"publish() needs an Envelope, got {type(envelope).__name__}")
         with self._cond:
             if self._failures:
                 raise self._failures.pop(0)

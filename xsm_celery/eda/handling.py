@@ -22,6 +22,7 @@ from xsm_celery.eda.envelope import Envelope, EnvelopeCorruptError, EnvelopeTooL
 from xsm_celery.eda.outbox import attach_cause
 from xsm_celery.engine import Event, Machine, Receipt
 from xsm_celery.engine.redact import mask_text, secret_values
+from xsm_celery.engine.state import DONE
 from xsm_celery.errors import (
     ConflictError,
     LockTimeoutError,
@@ -216,7 +217,7 @@ class Handling:
             plugins=self.d.plugins,
             before_commit=[lambda interp: self._mark(receipt)] if in_transaction else (),
         ) as interp:
-            if interp.status == "done":
+            if interp.status == DONE:
                 raise _InstanceDoneError(f"instance {self.key!r} already reached a final state")
             attach_cause(interp, env)
             outcome = interp.send(event, wait=True)

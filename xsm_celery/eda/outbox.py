@@ -13,7 +13,6 @@ broker publishes them after the save committed.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import inspect
@@ -25,7 +24,9 @@ from typing import Any, NamedTuple
 
 from xsm_celery.eda.envelope import Envelope
 from xsm_celery.engine import Machine, PluginBase, public_context, redact
+from xsm_celery.engine.awaiting import finish
 from xsm_celery.engine.chart import StateNode, Transition
+from xsm_celery.errors import ArgumentTypeError, ConfigurationError
 from xsm_celery.persistence.persisted import is_persisted
 
 __all__ = [
@@ -118,7 +119,7 @@ def _spec_of(machine: Machine, trans: Transition, value: Any) -> PublishSpec:
             isinstance(f, str) and f for f in data
         ):
             return PublishSpec("transition", trans.source.id, event, value["type"], tuple(data))
-    raise ValueError(
+    raise ConfigurationError(
         f"{where}: {value!r:.120} is not a publication; use true, \"<type>\" or "
         "{\"type\": \"<type>\", \"data\": [\"<context field>\", ...]}"
     )
@@ -199,12 +200,12 @@ class OutboxPlugin(PluginBase):
         elif callable(getattr(sink, "publish", None)):
             self._to_store = False
         else:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"OutboxPlugin sink must be an OutboxStore (add) or a broker (publish), "
                 f"got {type(sink).__name__}"
             )
         if not isinstance(topic, str) or not topic:
-            raise ValueError(f"topic must be a non-empty string, got {topic!r}")
+            raise ConfigurationError(f"topic must be a non-empty string, got {topic!r}")
         self.sink = sink
         self.topic = topic
         self.source = source
@@ -306,19 +307,4 @@ def _settle(result: Any) -> None:
     if pending is not None:
         pending.append(result)
         return
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        asyncio.run(_await(result))
-        return
-    task = loop.create_task(_await(result))
-    task.add_done_callback(_report)
-
-
-async def _await(value: Awaitable[Any]) -> Any:
-    return await value
-
-
-def _report(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        logger.error("outbox publish failed", exc_info=task.exception())
+    finish(result, "outbox publish")

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from xsm_celery.eda.envelope import Envelope
-from xsm_celery.errors import StoreError
+from xsm_celery.errors import ArgumentTypeError, ConfigurationError, StoreError
 from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, OutboxRecord
 from xsm_celery.persistence.sqlite import SQLiteDatabase, SQLiteStore
 
@@ -25,11 +25,13 @@ _CHUNK = 500
 
 def _check_claim(limit: int, owner: str, lease_s: float) -> None:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise ValueError(f"limit must be an int >= 0, got {limit!r}")
+        raise ConfigurationError(f"limit must be an int >= 0, got {limit!r}")
     if not isinstance(owner, str) or not owner or len(owner) > 128:
-        raise ValueError(f"owner must be a non-empty string of at most 128 characters: {owner!r}")
+        raise ConfigurationError(
+            f"owner must be a non-empty string of at most 128 characters: {owner!r}"
+        )
     if not lease_s > 0:
-        raise ValueError(f"lease_s must be > 0 seconds, got {lease_s!r}")
+        raise ConfigurationError(f"lease_s must be > 0 seconds, got {lease_s!r}")
 
 
 @dataclass
@@ -59,7 +61,7 @@ class MemoryOutboxStore:
     def add(self, topic: str, envelope: Envelope) -> int:
         """Append a row and return its sequence number."""
         if not isinstance(envelope, Envelope):
-            raise TypeError(f"add() needs an Envelope, got {type(envelope).__name__}")
+            raise ArgumentTypeError(f"add() needs an Envelope, got {type(envelope).__name__}")
         with self._lock:
             seq = self._next
             self._next += 1
@@ -193,7 +195,7 @@ class SQLiteOutboxStore:
     def add(self, topic: str, envelope: Envelope) -> int:
         """Append a row (in the current transaction, if any) and return its sequence number."""
         if not isinstance(envelope, Envelope):
-            raise TypeError(f"add() needs an Envelope, got {type(envelope).__name__}")
+            raise ArgumentTypeError(f"add() needs an Envelope, got {type(envelope).__name__}")
         cursor = self.db.write(
             "INSERT INTO xsm_outbox (id, topic, subject, envelope, created_at) "
             "VALUES (?, ?, ?, ?, ?)",

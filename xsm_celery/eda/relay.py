@@ -9,21 +9,23 @@ the rows of a relay that died come back when its lease expires.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
 from collections.abc import Sequence
-from typing import Any
 
-from xsm_celery.eda.broker import maybe_await
+from xsm_celery.eda.broker import BatchPublisher, BrokerAdapter, SyncBrokerAdapter, maybe_await
+from xsm_celery.errors import ConfigurationError
 from xsm_celery.hooks import FactKind, emit, subscribers
-from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, OutboxRecord
+from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, OutboxRecord, OutboxStore
 
 __all__ = ["DEFAULT_BATCH", "OutboxRelay"]
 
 logger = logging.getLogger(__name__)
 
-#: Rows one ``relay_once`` publishes at most.
+#: Rows one ``relay_once`` publishes at most: the one relay batch default, used by the Celery
+#: Beat relay and the Django relay command too (their settings override it).
 DEFAULT_BATCH = 100
 
 
@@ -62,8 +64,8 @@ class OutboxRelay:
 
     def __init__(
         self,
-        store: Any,
-        broker: Any,
+        store: OutboxStore,
+        broker: SyncBrokerAdapter | BrokerAdapter,
         *,
         batch: int = DEFAULT_BATCH,
         owner: str | None = None,
@@ -71,9 +73,9 @@ class OutboxRelay:
         use_batches: bool = True,
     ) -> None:
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise ValueError(f"batch must be an int >= 1, got {batch!r}")
+            raise ConfigurationError(f"batch must be an int >= 1, got {batch!r}")
         if not lease_s > 0:
-            raise ValueError(f"lease_s must be > 0 seconds, got {lease_s!r}")
+            raise ConfigurationError(f"lease_s must be > 0 seconds, got {lease_s!r}")
         self.store = store
         self.broker = broker
         self.batch = batch
@@ -82,7 +84,9 @@ class OutboxRelay:
         self._leases = callable(getattr(store, "claim", None)) and callable(
             getattr(store, "release", None)
         )
-        self._batched = use_batches and callable(getattr(broker, "publish_many", None))
+        self._batch_publisher: BatchPublisher | None = (
+            broker if use_batches and isinstance(broker, BatchPublisher) else None
+        )
 
     def _take(self) -> list[OutboxRecord]:
         if self._leases:
@@ -108,8 +112,8 @@ class OutboxRelay:
         sent = 0
         try:
             for run in _runs(rows):
-                if self._batched and len(run) > 1:
-                    self.broker.publish_many(run[0].topic, [row.envelope for row in run])
+                if self._batch_publisher is not None and len(run) > 1:
+                    self._batch_publisher.publish_many(run[0].topic, [row.envelope for row in run])
                     sent += len(run)
                     _report(run)
                     continue
@@ -125,8 +129,12 @@ class OutboxRelay:
         return sent
 
     async def relay_once(self) -> int:
-        """Publish one batch through an async (or sync) adapter; return how many were sent."""
-        rows = self._take()
+        """Publish one batch through an async (or sync) adapter; return how many were sent.
+
+        The store is blocking (a database, a file), so its claim and its settlement run in a
+        worker thread: the event loop keeps serving other tasks while they wait on I/O.
+        """
+        rows = await asyncio.to_thread(self._take)
         sent = 0
         try:
             for row in rows:
@@ -137,7 +145,7 @@ class OutboxRelay:
             self._log_failure(sent, len(rows))
             raise
         finally:
-            self._settle(rows, sent)
+            await asyncio.to_thread(self._settle, rows, sent)
         return sent
 
     def _log_failure(self, sent: int, taken: int) -> None:

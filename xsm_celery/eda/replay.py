@@ -9,7 +9,6 @@ ways no test catches.
 
 from __future__ import annotations
 
-import getpass
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +16,7 @@ from xsm_celery.eda.envelope import Envelope
 from xsm_celery.engine.redact import REDACTED
 from xsm_celery.errors import EnvelopeError, ReplayRefusedError
 from xsm_celery.hooks import FactKind, emit
+from xsm_celery.operators import current_actor
 from xsm_celery.patterns.dead_letter import DeadLetter
 
 __all__ = ["ReplayResult", "replay_dead_letter"]
@@ -34,15 +34,6 @@ class ReplayResult:
     dry_run: bool
     outcome: str
     warnings: list[str] = field(default_factory=list)
-
-
-def _actor(actor: str | None) -> str:
-    if actor:
-        return actor
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"
 
 
 def _mismatches(record: DeadLetter, machine: Any) -> list[str]:
@@ -135,7 +126,7 @@ def replay_dead_letter(
     record = dead_letters.get(record_id)
     if record is None:
         raise ReplayRefusedError(f"no dead letter {record_id!r} in this store")
-    who = _actor(actor)
+    who = current_actor(actor)
     try:
         env, warnings = _check(record, dispatcher, force)
     except ReplayRefusedError as exc:

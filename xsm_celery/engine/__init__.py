@@ -21,6 +21,7 @@ from xsm_celery.engine.logic import MachineLogic
 from xsm_celery.engine.machine import Machine, create_machine, load_chart
 from xsm_celery.engine.plugins import (
     LoggingInspector,
+    Plugin,
     PluginBase,
     clear_global_plugins,
     global_plugins,
@@ -73,6 +74,7 @@ __all__ = [
     "WallClock",
     # Plugins
     "LoggingInspector",
+    "Plugin",
     "PluginBase",
     "clear_global_plugins",
     "global_plugins",

@@ -12,6 +12,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+from xsm_celery.engine.awaiting import await_value
 from xsm_celery.engine.events import EngineEvent, Receipt, to_event
 from xsm_celery.engine.invoke import ActorRef
 from xsm_celery.engine.plugins import dispatch
@@ -25,10 +26,6 @@ if TYPE_CHECKING:
 __all__ = ["Interpreter"]
 
 logger = logging.getLogger("xsm_celery.engine")
-
-
-async def _await(awaitable: Any) -> Any:
-    return await awaitable
 
 
 class Interpreter(Core):
@@ -131,7 +128,7 @@ class Interpreter(Core):
         actor = ActorRef(self, inv)
         self._actors.setdefault(node, []).append(actor)
         self.children[inv.id] = actor
-        task = loop.create_task(_await(result))
+        task = loop.create_task(await_value(result))
         actor.task = task
         task.add_done_callback(lambda t: self._task_finished(node, actor, t))
 

@@ -159,8 +159,9 @@ class TreeBuilder:
         tpath = _join(node.path, "type")
         if declared == "history":
             raise NotSupportedError(
-                f"{tpath}: history states are not supported by this engine; "
-                "model the remembered state in context and branch with a guarded 'always'"
+                "history states are not supported by this engine; model the remembered "
+                "state in context and branch with a guarded 'always'",
+                path=tpath,
             )
         if declared is None:
             return "compound" if has_children else "atomic"

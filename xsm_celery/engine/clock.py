@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Generator
 from typing import Any, Protocol
 
-from xsm_celery.errors import RunawayChainError
+from xsm_celery.errors import ConfigurationError, RunawayChainError
 
 __all__ = [
     "Clock",
@@ -194,7 +194,7 @@ class SimulatedClock(Clock):
         """
         ms = float(ms)
         if not math.isfinite(ms) or ms < 0:
-            raise ValueError(f"increment() needs a finite number of ms >= 0, got {ms!r}")
+            raise ConfigurationError(f"increment() needs a finite number of ms >= 0, got {ms!r}")
         self._advance_to(self._now + ms)
         return _Advance(self)
 

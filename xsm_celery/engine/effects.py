@@ -21,7 +21,7 @@ from xsm_celery.engine.events import EngineEvent, Event
 from xsm_celery.engine.invoke import ActorRef, CallbackLogic
 from xsm_celery.engine.plugins import dispatch
 from xsm_celery.engine.redact import mask_text, secret_values
-from xsm_celery.errors import ImplementationMissingError, NotSupportedError
+from xsm_celery.errors import AsyncServiceError, ConfigurationError, ImplementationMissingError
 
 if TYPE_CHECKING:
     from xsm_celery.engine.chart import ActionDef, AfterDef, InvokeDef, StateNode
@@ -125,7 +125,7 @@ class EffectsMixin:
             value = impl(self._context, event) if callable(impl) else impl
             delay = float(value)
             if not math.isfinite(delay) or delay < 0:
-                raise ValueError(f"delay {after.key!r} gave {value!r}; need finite ms >= 0")
+                raise ConfigurationError(f"delay {after.key!r} gave {value!r}; need finite ms >= 0")
         except Exception as exc:
             logger.error(
                 "machine %r: delay %r failed; its timer is not armed", self.machine.id,
@@ -244,7 +244,7 @@ class EffectsMixin:
             result.close()
         self._service_failed(
             inv,
-            NotSupportedError(
+            AsyncServiceError(
                 f"service {inv.src!r} is async; SyncInterpreter runs sync services only, "
                 "use the async Interpreter"
             ),

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from xsm_celery.engine.events import Event, to_event
+from xsm_celery.errors import ArgumentTypeError
 
 if TYPE_CHECKING:
     from xsm_celery.engine.chart import InvokeDef
@@ -36,7 +37,7 @@ class CallbackLogic:
 
     def __init__(self, setup: Callable[[SendBack, Receive, Any, Event], Any]) -> None:
         if not callable(setup):
-            raise TypeError(f"from_callback() needs a callable, got {type(setup).__name__}")
+            raise ArgumentTypeError(f"from_callback() needs a callable, got {type(setup).__name__}")
         self.setup = setup
 
     def __call__(self, send_back: SendBack, receive: Receive, ctx: Any, event: Event) -> Any:

@@ -10,6 +10,8 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from xsm_celery.errors import ArgumentTypeError
+
 __all__ = ["MachineLogic", "accepts_params"]
 
 
@@ -40,7 +42,7 @@ class MachineLogic:
         for kind in ("actions", "guards", "services"):
             for name, impl in getattr(self, kind).items():
                 if not callable(impl):
-                    raise TypeError(
+                    raise ArgumentTypeError(
                         f"MachineLogic({kind}=...): {name!r} is {type(impl).__name__}, "
                         "not a callable"
                     )
@@ -48,7 +50,7 @@ class MachineLogic:
             if not callable(delay) and (
                 isinstance(delay, bool) or not isinstance(delay, (int, float))
             ):
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"MachineLogic(delays=...): {name!r} must be milliseconds or "
                     f"fn(ctx, event) -> ms, got {delay!r}"
                 )

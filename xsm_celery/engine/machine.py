@@ -18,7 +18,12 @@ from xsm_celery.engine.chart import ActionDef, AfterDef, InvokeDef, StateNode, T
 from xsm_celery.engine.hashing import structure_hash
 from xsm_celery.engine.logic import MachineLogic, accepts_params
 from xsm_celery.engine.targets import build_handler_tables, resolve_transitions
-from xsm_celery.errors import ImplementationMissingError, InvalidConfigError, StateNotFoundError
+from xsm_celery.errors import (
+    ArgumentTypeError,
+    ImplementationMissingError,
+    InvalidConfigError,
+    StateNotFoundError,
+)
 
 __all__ = ["DEFAULT_CHAIN_LIMIT", "Machine", "create_machine", "load_chart"]
 
@@ -183,7 +188,7 @@ def create_machine(
     if isinstance(config, (str, Path)):
         config = load_chart(config)
     if logic is not None and not isinstance(logic, MachineLogic):
-        raise TypeError(f"logic must be a MachineLogic, got {type(logic).__name__}")
+        raise ArgumentTypeError(f"logic must be a MachineLogic, got {type(logic).__name__}")
     return Machine(config, logic, strict_config)
 
 

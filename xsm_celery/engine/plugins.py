@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS, redact
 
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LoggingInspector",
+    "Plugin",
     "PluginBase",
     "clear_global_plugins",
     "global_plugins",
@@ -32,17 +33,20 @@ __all__ = [
 logger = logging.getLogger("xsm_celery.engine")
 
 
-class PluginBase:
-    """Base class of plugins: every hook is a no-op; override the ones you need.
+class Plugin(Protocol):
+    """What the interpreter calls on a plugin: every hook, each a no-op by default.
 
-    ``i`` is the interpreter. Hooks are called synchronously on the thread running the step.
+    ``PluginBase`` subclasses it explicitly and so inherits the no-ops; a class that does not
+    subclass either still conforms when it defines every hook (mypy checks it structurally).
     """
 
     def on_interpreter_start(self, i: Any) -> None:
         """The interpreter started, before the initial states are entered."""
+        return
 
     def on_interpreter_stop(self, i: Any) -> None:
         """The interpreter stopped; timers are cancelled and actors cleaned up."""
+        return
 
     def on_before_send(self, i: Any, event: Event) -> Receipt | None:
         """A caller sent ``event``; return a Receipt to answer it without running it."""
@@ -50,12 +54,15 @@ class PluginBase:
 
     def on_event_received(self, i: Any, event: Event) -> None:
         """An event (caller's or engine-minted) is about to be processed."""
+        return
 
     def on_event_processed(self, i: Any, event: Event, receipt: Receipt) -> None:
         """An event and its eventless transitions have settled; ``receipt`` is the outcome."""
+        return
 
     def on_event_dropped(self, i: Any, event: Event, reason: str) -> None:
         """An event was not processed: ``not_running`` or ``engine_event`` (a forged name)."""
+        return
 
     def on_transition(
         self,
@@ -65,33 +72,50 @@ class PluginBase:
         transition: Transition,
     ) -> None:
         """A transition was taken; the sets are the active states before and after."""
+        return
 
     def on_action_execute(self, i: Any, action: ActionDef) -> None:
         """An action is about to run."""
+        return
 
     def on_action_error(self, i: Any, action: ActionDef, error: BaseException) -> None:
         """An action raised; the rest of its list was skipped and the machine goes on."""
+        return
 
     def on_guard_evaluated(self, i: Any, guard_name: str, event: Event, result: bool) -> None:
         """A guard was evaluated (a guard that raised counts as False)."""
+        return
 
     def on_guard_error(self, i: Any, guard_name: str, event: Event, error: BaseException) -> None:
         """A guard raised; it was treated as False."""
+        return
 
     def on_service_start(self, i: Any, invocation: InvokeDef) -> None:
         """A service or callback actor is starting."""
+        return
 
     def on_service_done(self, i: Any, invocation: InvokeDef, result: Any) -> None:
         """A service returned; ``result`` becomes ``onDone``'s ``event.data``."""
+        return
 
     def on_service_error(self, i: Any, invocation: InvokeDef, error: BaseException) -> None:
         """A service (or an actor's setup) raised; ``error`` becomes ``onError``'s data."""
+        return
 
     def on_plugin_error(self, i: Any, plugin: Any, hook: str, error: BaseException) -> None:
         """Another plugin's hook raised; it was contained."""
+        return
 
     def on_done(self, i: Any, output: Any) -> None:
         """The machine reached a top-level final state."""
+        return
+
+
+class PluginBase(Plugin):
+    """Base class of plugins: every hook of :class:`Plugin` is a no-op; override the ones you need.
+
+    ``i`` is the interpreter. Hooks are called synchronously on the thread running the step.
+    """
 
 
 _GLOBAL: list[Any] = []

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from xsm_celery.engine.effects import Timer
+from xsm_celery.engine.state import DONE, NOT_STARTED, RUNNING, STOPPED
 from xsm_celery.engine.step import leaves_of
 from xsm_celery.errors import (
     SnapshotCorruptError,
@@ -41,10 +42,11 @@ __all__ = [
 #: Version of the snapshot layout written by :func:`snapshot_dict`.
 SNAPSHOT_FORMAT = 1
 
-#: Largest serialised snapshot :func:`restore` accepts (1 MiB), checked before parsing.
+#: Largest serialised snapshot (1 MiB): :func:`restore` checks it before parsing, and every
+#: snapshot store refuses a larger one on save (``persistence.memory`` re-exports it).
 DEFAULT_MAX_SNAPSHOT_BYTES = 1024 * 1024
 
-_STATUSES = ("not_started", "running", "done", "stopped")
+_STATUSES = (NOT_STARTED, RUNNING, DONE, STOPPED)
 
 CoreT = TypeVar("CoreT", bound="Core")
 
@@ -222,13 +224,13 @@ def restore(
     core._setup(machine, clock, context)
     for plugin in plugins:
         core.use(plugin)
-    if status == "not_started":
+    if status == NOT_STARTED:
         return core
     core._config = configuration(machine, state_ids)
     core._leaves = leaves_of(core._config)
     core._status = status
     core.output = data.get("output")
-    if status == "running":
+    if status == RUNNING:
         rearm(core, data.get("deadlines", []))
         core.clock.attach(core)
         core._timers_armed()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from xsm_celery.errors import StateNotFoundError
+from xsm_celery.errors import ArgumentTypeError, StateNotFoundError
 
 if TYPE_CHECKING:
     from xsm_celery.engine.chart import StateNode
@@ -57,7 +57,7 @@ class StateView:
     @context.setter
     def context(self, value: dict[str, Any]) -> None:
         if not isinstance(value, dict):
-            raise TypeError(f"context must be a dict, got {type(value).__name__}")
+            raise ArgumentTypeError(f"context must be a dict, got {type(value).__name__}")
         self._context = value
 
     @property

@@ -7,12 +7,12 @@ broker a Celery app already talks to. Install with ``pip install "xsm-celery[cel
 
 from __future__ import annotations
 
-from xsm_celery.errors import MissingExtraError
+from xsm_celery import errors as _errors
 
 try:
     import kombu  # noqa: F401
 except ImportError as exc:
-    raise MissingExtraError(extra="celery", module="kombu") from exc
+    raise _errors.MissingExtraError(extra="celery", module="kombu") from exc
 
 from xsm_celery.kombu.adapter import (
     DEFAULT_BATCH_SIZE,

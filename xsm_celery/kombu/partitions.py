@@ -12,6 +12,8 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable, Sequence
 
+from xsm_celery.errors import ConfigurationError
+
 __all__ = ["Partitioning", "partition_of", "queue_name"]
 
 
@@ -21,7 +23,7 @@ def partition_of(subject: str | None, partitions: int) -> int:
     Envelopes without a subject have no order to keep and all go to partition 0.
     """
     if partitions < 1:
-        raise ValueError(f"partitions must be >= 1, got {partitions!r}")
+        raise ConfigurationError(f"partitions must be >= 1, got {partitions!r}")
     if partitions == 1 or not subject:
         return 0
     return zlib.crc32(subject.encode("utf-8")) % partitions
@@ -30,7 +32,7 @@ def partition_of(subject: str | None, partitions: int) -> int:
 def queue_name(topic: str, partition: int, partitions: int) -> str:
     """Return the queue name of one partition: the topic itself, or ``<topic>.p<n>``."""
     if not 0 <= partition < partitions:
-        raise ValueError(f"partition {partition!r} is outside 0..{partitions - 1}")
+        raise ConfigurationError(f"partition {partition!r} is outside 0..{partitions - 1}")
     return topic if partitions == 1 else f"{topic}.p{partition}"
 
 
@@ -45,13 +47,13 @@ class Partitioning:
 
     def __init__(self, partitions: int = 1, consume: Iterable[int] | None = None) -> None:
         if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
-            raise ValueError(f"partitions must be an integer >= 1, got {partitions!r}")
+            raise ConfigurationError(f"partitions must be an integer >= 1, got {partitions!r}")
         self.partitions = partitions
         chosen = tuple(range(partitions)) if consume is None else tuple(sorted(set(consume)))
         for number in chosen:
             queue_name("topic", number, partitions)
         if not chosen:
-            raise ValueError("consume must name at least one partition")
+            raise ConfigurationError("consume must name at least one partition")
         self.consume: Sequence[int] = chosen
 
     def publish_queue(self, topic: str, subject: str | None) -> str:

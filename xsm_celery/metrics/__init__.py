@@ -15,7 +15,7 @@ instances by state), for a scrape, ``xsm-celery status`` or the Django admin sta
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any as _Any
 
 from xsm_celery.metrics.events import CeleryEvents, install_events
 from xsm_celery.metrics.figures import (
@@ -46,14 +46,14 @@ __all__ = [
 ]
 
 
-def install_prometheus(registry: Any = None) -> Any:
+def install_prometheus(registry: _Any = None) -> _Any:
     """Subscribe the Prometheus metrics (``xsm_celery.metrics.prometheus``); needs ``metrics``."""
     from xsm_celery.metrics.prometheus import install_prometheus as install
 
     return install(registry)
 
 
-def install_tracing(tracer_provider: Any = None) -> Any:
+def install_tracing(tracer_provider: _Any = None) -> _Any:
     """Subscribe the OpenTelemetry spans (``xsm_celery.metrics.tracing``); needs ``tracing``."""
     from xsm_celery.metrics.tracing import install_tracing as install
 

@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import ParamSpec, TypeVar
 
 from xsm_celery.engine import Clock, WallClock
+from xsm_celery.errors import ConfigurationError
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns.bulkhead import Bulkhead, BulkheadConfig
 
@@ -30,9 +31,9 @@ T = TypeVar("T")
 
 def _positive(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
+        raise ConfigurationError(f"{name} must be a positive number, got {value!r}")
     if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+        raise ConfigurationError(f"{name} must be finite and > 0, got {value!r}")
     return float(value)
 
 
@@ -69,16 +70,16 @@ class AIMDConfig:
         for name in ("min_limit", "max_limit", "increase"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+                raise ConfigurationError(f"{name} must be an integer >= 1, got {value!r}")
         if self.max_limit < self.min_limit:
-            raise ValueError(
+            raise ConfigurationError(
                 f"max_limit ({self.max_limit}) must be >= min_limit ({self.min_limit})"
             )
         initial = self.min_limit if self.initial_limit is None else self.initial_limit
         if isinstance(initial, bool) or not isinstance(initial, int) or not (
             self.min_limit <= initial <= self.max_limit
         ):
-            raise ValueError(
+            raise ConfigurationError(
                 f"initial_limit must be an integer in [min_limit, max_limit] = "
                 f"[{self.min_limit}, {self.max_limit}], got {initial!r}"
             )
@@ -87,7 +88,7 @@ class AIMDConfig:
         _positive("interval_s", self.interval_s)
         factor = self.decrease_factor
         if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor < 1:
-            raise ValueError(f"decrease_factor must be in (0, 1), got {factor!r}")
+            raise ConfigurationError(f"decrease_factor must be in (0, 1), got {factor!r}")
 
 
 class AIMDBulkhead(Bulkhead):

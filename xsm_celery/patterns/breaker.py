@@ -31,7 +31,12 @@ from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 from xsm_celery.checks import positive_int
 from xsm_celery.engine import Clock, SyncInterpreter, WallClock, create_machine
-from xsm_celery.errors import CircuitOpenError, InterpreterStoppedError
+from xsm_celery.errors import (
+    ArgumentTypeError,
+    CircuitOpenError,
+    ConfigurationError,
+    InterpreterStoppedError,
+)
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns.breaker_chart import (
     CIRCUIT_BREAKER_CONFIG,
@@ -55,14 +60,14 @@ def _rate(value: object) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
-        raise ValueError(f"failure_rate_threshold must be None or in (0, 1], got {value!r}")
+        raise ConfigurationError(f"failure_rate_threshold must be None or in (0, 1], got {value!r}")
     return float(value)
 
 
 def _exception_classes(value: object) -> tuple[type[BaseException], ...]:
     items = value if isinstance(value, tuple) else (value,)
     if not items or not all(isinstance(i, type) and issubclass(i, BaseException) for i in items):
-        raise TypeError(f"exceptions must be exception classes, got {value!r}")
+        raise ArgumentTypeError(f"exceptions must be exception classes, got {value!r}")
     return items
 
 
@@ -116,7 +121,7 @@ class CircuitBreaker:
         )
         if name is not None:
             if not isinstance(name, str) or not name:
-                raise ValueError(f"name must be a non-empty string, got {name!r}")
+                raise ConfigurationError(f"name must be a non-empty string, got {name!r}")
             config["id"] = name
         self.name: str = config["id"]
         self.cooldown_ms = check_cooldown(cooldown_ms)
@@ -400,7 +405,7 @@ def circuit_breaker(fn: Callable[..., Any] | None = None, /, **options: Any) -> 
 
 def _decorate(fn: Callable[..., Any], options: dict[str, Any]) -> Callable[..., Any]:
     if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"circuit_breaker cannot wrap the generator function {fn.__qualname__!r}: its "
             "body runs after the call returns, so the outcome is unknown; wrap the code "
             "that consumes it instead"

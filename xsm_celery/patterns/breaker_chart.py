@@ -18,6 +18,7 @@ import math
 from typing import Any
 
 from xsm_celery.engine import MachineLogic
+from xsm_celery.errors import ConfigurationError
 
 __all__ = ["CIRCUIT_BREAKER_CONFIG", "check_cooldown", "circuit_breaker_logic", "record_outcome"]
 
@@ -85,10 +86,12 @@ def check_cooldown(cooldown_ms: object) -> float:
     cooldown would half-open at once.
     """
     if isinstance(cooldown_ms, bool) or not isinstance(cooldown_ms, int | float):
-        raise ValueError(f"cooldown_ms must be a number of milliseconds, got {cooldown_ms!r}")
+        raise ConfigurationError(
+            f"cooldown_ms must be a number of milliseconds, got {cooldown_ms!r}"
+        )
     value = float(cooldown_ms)
     if not math.isfinite(value) or value < 0:
-        raise ValueError(f"cooldown_ms must be finite and >= 0, got {cooldown_ms!r}")
+        raise ConfigurationError(f"cooldown_ms must be finite and >= 0, got {cooldown_ms!r}")
     return value
 
 

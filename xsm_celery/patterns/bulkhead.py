@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
-from xsm_celery.errors import BulkheadRejectedError
+from xsm_celery.errors import BulkheadRejectedError, ConfigurationError, MisuseError
 from xsm_celery.hooks import FactKind, emit
 
 __all__ = ["Bulkhead", "BulkheadConfig", "BulkheadStats", "bulkhead"]
@@ -36,9 +36,9 @@ def _non_negative_wait(name: str, value: object) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise ValueError(f"{name} must be None or a number of seconds >= 0, got {value!r}")
+        raise ConfigurationError(f"{name} must be None or a number of seconds >= 0, got {value!r}")
     if value < 0:
-        raise ValueError(f"{name} must be >= 0 seconds, got {value!r}")
+        raise ConfigurationError(f"{name} must be >= 0 seconds, got {value!r}")
     return float(value)
 
 
@@ -65,13 +65,15 @@ class BulkheadConfig:
             or not isinstance(self.max_concurrent, int)
             or self.max_concurrent < 1
         ):
-            raise ValueError(f"max_concurrent must be an integer >= 1, got {self.max_concurrent!r}")
+            raise ConfigurationError(
+                f"max_concurrent must be an integer >= 1, got {self.max_concurrent!r}"
+            )
         if (
             isinstance(self.queue_size, bool)
             or not isinstance(self.queue_size, int)
             or self.queue_size < 0
         ):
-            raise ValueError(f"queue_size must be an integer >= 0, got {self.queue_size!r}")
+            raise ConfigurationError(f"queue_size must be an integer >= 0, got {self.queue_size!r}")
         object.__setattr__(self, "max_wait_s", _non_negative_wait("max_wait_s", self.max_wait_s))
 
 
@@ -131,7 +133,7 @@ class Bulkhead:
     def __init__(self, config: BulkheadConfig | None = None, *, name: str | None = None) -> None:
         self.config = BulkheadConfig() if config is None else config
         if name is not None and (not isinstance(name, str) or not name):
-            raise ValueError(f"name must be a non-empty string, got {name!r}")
+            raise ConfigurationError(f"name must be a non-empty string, got {name!r}")
         self.name = name or "bulkhead"
         self._limit = self.config.max_concurrent
         self._lock = threading.Lock()
@@ -192,7 +194,7 @@ class Bulkhead:
         """Give a slot back; the first waiter in line gets it."""
         with self._lock:
             if self._active <= 0:
-                raise RuntimeError(
+                raise MisuseError(
                     f"bulkhead '{self.name}' released more often than acquired; pair every "
                     "release() with one acquire()"
                 )

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from xsm_celery.engine import Machine, is_engine_event_type
-from xsm_celery.errors import ChoreographyUnsettledError
+from xsm_celery.errors import ArgumentTypeError, ChoreographyUnsettledError, ConfigurationError
 
 if TYPE_CHECKING:
     from xsm_celery.eda.dispatcher import DispatchResult, InboundDispatcher
@@ -56,24 +56,26 @@ def instance_key(machine: Machine, subject: str) -> str:
 def _route_of(envelope_type: object, value: object) -> Route:
     """Normalise one mapping value (a machine, ``(machine, EVENT)`` or a ``Route``)."""
     if not isinstance(envelope_type, str) or not envelope_type:
-        raise ValueError(f"a route's key must be a CloudEvents type string, got {envelope_type!r}")
+        raise ConfigurationError(
+            f"a route's key must be a CloudEvents type string, got {envelope_type!r}"
+        )
     if isinstance(value, Machine):
         return Route(value)
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], Machine):
         event = value[1]
         if event is not None and (not isinstance(event, str) or not event.strip()):
-            raise ValueError(
+            raise ConfigurationError(
                 f"route {envelope_type!r}: the event must be a non-empty chart event name "
                 f"such as 'CHARGE', got {event!r}"
             )
         if isinstance(event, str) and is_engine_event_type(event):
-            raise ValueError(
+            raise ConfigurationError(
                 f"route {envelope_type!r}: {event!r} is an engine-reserved event name; the "
                 "engine drives done.invoke / error.platform / after itself, so route to a "
                 "plain event such as 'PAID'"
             )
         return Route(value[0], event)
-    raise TypeError(
+    raise ArgumentTypeError(
         f"route {envelope_type!r} must be a Machine, a (machine, 'EVENT') pair or a "
         f"Route(machine, event), got {type(value).__name__}"
     )
@@ -81,7 +83,7 @@ def _route_of(envelope_type: object, value: object) -> Route:
 
 def _routes(routes: Mapping[str, Any]) -> dict[str, Route]:
     if not isinstance(routes, Mapping):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"routes must map CloudEvents types to machines, got {type(routes).__name__}"
         )
     return {kind: _route_of(kind, value) for kind, value in routes.items()}
@@ -89,7 +91,7 @@ def _routes(routes: Mapping[str, Any]) -> dict[str, Route]:
 
 def _check_rounds(max_rounds: object) -> int:
     if isinstance(max_rounds, bool) or not isinstance(max_rounds, int) or max_rounds < 1:
-        raise ValueError(
+        raise ConfigurationError(
             f"max_rounds must be >= 1 (a positive count of drains), got {max_rounds!r}"
         )
     return max_rounds
@@ -136,7 +138,7 @@ class ChoreographyRouter:
     ) -> None:
         owned = [name for name in _OWNED if name in options]
         if owned:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"ChoreographyRouter computes {', '.join(owned)} from its routes; pass the "
                 "routes mapping instead (use InboundDispatcher for a custom mapping)"
             )
@@ -230,7 +232,9 @@ class ChoreographyRouter:
             return self.topics()
         chosen = [topics] if isinstance(topics, str) else list(topics)
         if not chosen or not all(isinstance(t, str) and t for t in chosen):
-            raise ValueError(f"topics must be a topic name or a list of them, got {topics!r}")
+            raise ConfigurationError(
+                f"topics must be a topic name or a list of them, got {topics!r}"
+            )
         return chosen
 
     def __repr__(self) -> str:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Protocol, runtime_checkable
 
+from xsm_celery.errors import ArgumentTypeError, ConfigurationError
 from xsm_celery.ids import new_id
 
 __all__ = [
@@ -70,7 +71,7 @@ def _reason_value(value: str | DeadLetterReason) -> str:
         return DeadLetterReason(value).value
     except ValueError:
         choices = ", ".join(repr(r.value) for r in DeadLetterReason)
-        raise ValueError(f"reason must be one of {choices}, got {value!r}") from None
+        raise ConfigurationError(f"reason must be one of {choices}, got {value!r}") from None
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ class DeadLetter:
     def __post_init__(self) -> None:
         object.__setattr__(self, "reason", _reason_value(self.reason))
         if not isinstance(self.id, str) or not self.id:
-            raise ValueError(f"id must be a non-empty string, got {self.id!r}")
+            raise ConfigurationError(f"id must be a non-empty string, got {self.id!r}")
 
     def to_dict(self) -> dict[str, Any]:
         """A deep copy as plain data, every field present."""
@@ -126,14 +127,16 @@ class DeadLetter:
             ValueError: A required field is missing or the reason is unknown.
         """
         if not isinstance(raw, Mapping):
-            raise ValueError(f"a dead letter must be a JSON object, got {type(raw).__name__}")
+            raise ConfigurationError(
+                f"a dead letter must be a JSON object, got {type(raw).__name__}"
+            )
         names = {f.name for f in fields(cls)}
         values = {k: v for k, v in raw.items() if k in names}
         missing = sorted(
             f.name for f in fields(cls) if f.name not in values and _is_required(f.name)
         )
         if missing:
-            raise ValueError(f"dead letter is missing field(s) {', '.join(missing)}")
+            raise ConfigurationError(f"dead letter is missing field(s) {', '.join(missing)}")
         values["taken_at"] = float(values["taken_at"])
         return cls(**values)
 
@@ -192,7 +195,7 @@ class DeadLetterStoreProtocol(Protocol):
 def check_limit(limit: int) -> int:
     """Return ``limit`` if it is a usable row limit; shared by every store."""
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise ValueError(f"limit must be an integer >= 0, got {limit!r}")
+        raise ConfigurationError(f"limit must be an integer >= 0, got {limit!r}")
     return limit
 
 
@@ -203,10 +206,10 @@ def check_cutoff(cutoff_wall: float) -> float:
     nothing: one bad ``now - retention`` computation would empty the store.
     """
     if isinstance(cutoff_wall, bool) or not isinstance(cutoff_wall, int | float):
-        raise ValueError(f"cutoff_wall must be epoch seconds, got {cutoff_wall!r}")
+        raise ConfigurationError(f"cutoff_wall must be epoch seconds, got {cutoff_wall!r}")
     cutoff = float(cutoff_wall)
     if math.isnan(cutoff):
-        raise ValueError("cutoff_wall is NaN; pass epoch seconds (time.time() - retention)")
+        raise ConfigurationError("cutoff_wall is NaN; pass epoch seconds (time.time() - retention)")
     return cutoff
 
 
@@ -233,7 +236,7 @@ class DeadLetterStore:
     ) -> None:
         for name, value in (("max_records", max_records), ("max_audit", max_audit)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+                raise ConfigurationError(f"{name} must be an integer >= 1, got {value!r}")
         self.max_records = max_records
         self._wall = wall
         self._records: dict[str, DeadLetter] = {}
@@ -251,7 +254,7 @@ class DeadLetterStore:
     def put(self, record: DeadLetter) -> str:
         """Store ``record`` (replacing one with the same id) and return its id."""
         if not isinstance(record, DeadLetter):
-            raise TypeError(f"put() takes a DeadLetter, got {type(record).__name__}")
+            raise ArgumentTypeError(f"put() takes a DeadLetter, got {type(record).__name__}")
         evicted: DeadLetter | None = None
         with self._lock:
             self._records.pop(record.id, None)

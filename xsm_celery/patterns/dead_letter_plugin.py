@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from xsm_celery.engine import DEFAULT_REDACT_KEYS, PluginBase, redact
+from xsm_celery.errors import ArgumentTypeError, ConfigurationError
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns.dead_letter import DeadLetter, DeadLetterReason
 from xsm_celery.patterns.error_chain import ERRORS_CONTEXT_KEY, error_entry
@@ -45,7 +46,7 @@ def _sink_callable(sink: object) -> Callable[[DeadLetter], object]:
     put = getattr(sink, "put", None)
     if callable(put):
         return put  # type: ignore[no-any-return]
-    raise TypeError(
+    raise ArgumentTypeError(
         f"DeadLetterPlugin sink must be callable(DeadLetter) or have a put() method, "
         f"got {type(sink).__name__}; pass a DeadLetterStore or a function"
     )
@@ -78,9 +79,11 @@ class DeadLetterPlugin(PluginBase):
         redact_keys: Iterable[str] = DEFAULT_REDACT_KEYS,
     ) -> None:
         if isinstance(max_errors, bool) or not isinstance(max_errors, int) or max_errors < 1:
-            raise ValueError(f"max_errors must be an integer >= 1, got {max_errors!r}")
+            raise ConfigurationError(f"max_errors must be an integer >= 1, got {max_errors!r}")
         if isinstance(state_ids, str):
-            raise TypeError(f"state_ids takes a list of state ids, got the string {state_ids!r}")
+            raise ArgumentTypeError(
+                f"state_ids takes a list of state ids, got the string {state_ids!r}"
+            )
         self.sink = sink
         self._put = _sink_callable(sink)
         self.state_ids = frozenset(state_ids or ())

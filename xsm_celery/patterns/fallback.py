@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar
 
+from xsm_celery.errors import ArgumentTypeError, ConfigurationError
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns.retry import ExceptionTypes
 
@@ -41,7 +42,7 @@ class _Strategy:
 def _exception_types(value: ExceptionTypes) -> tuple[type[BaseException], ...]:
     items = value if isinstance(value, tuple) else (value,)
     if not items or not all(isinstance(i, type) and issubclass(i, BaseException) for i in items):
-        raise TypeError(f"on= takes exception classes, got {value!r}")
+        raise ArgumentTypeError(f"on= takes exception classes, got {value!r}")
     return items
 
 
@@ -73,17 +74,17 @@ class Fallback(Generic[T]):
         For a quick second chance; use ``RetryPolicy`` for backoff with jitter.
         """
         if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-            raise ValueError(f"attempts must be an integer >= 1, got {attempts!r}")
+            raise ConfigurationError(f"attempts must be an integer >= 1, got {attempts!r}")
         if isinstance(delay_s, bool) or not isinstance(delay_s, int | float) or not (
             0 <= delay_s < float("inf")
         ):
-            raise ValueError(f"delay_s must be a finite number >= 0, got {delay_s!r}")
+            raise ConfigurationError(f"delay_s must be a finite number >= 0, got {delay_s!r}")
         return self._then(_Strategy("retry", attempts=attempts, delay_s=float(delay_s)))
 
     def alternative(self, fn: Callable[..., T | Awaitable[T]]) -> Fallback[T]:
         """Call ``fn`` with the same arguments instead (a replica, a cache, another vendor)."""
         if not callable(fn):
-            raise TypeError(f"alternative() takes a callable, got {fn!r}")
+            raise ArgumentTypeError(f"alternative() takes a callable, got {fn!r}")
         return self._then(_Strategy("alternative", target=fn))
 
     def degrade(
@@ -91,7 +92,9 @@ class Fallback(Generic[T]):
     ) -> Fallback[T]:
         """Return ``value`` (or ``factory(error)``) instead of failing: a degraded answer."""
         if (value is _NO_VALUE) == (factory is None):
-            raise TypeError("degrade() takes either a value or factory=, exactly one of them")
+            raise ArgumentTypeError(
+                "degrade() takes either a value or factory=, exactly one of them"
+            )
         return self._then(_Strategy("degrade", target=factory, value=value))
 
     def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:

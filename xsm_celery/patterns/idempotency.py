@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 from xsm_celery.engine import Clock, WallClock
-from xsm_celery.errors import IdempotencyInProgressError
+from xsm_celery.errors import ArgumentTypeError, ConfigurationError, IdempotencyInProgressError
 from xsm_celery.hooks import FactKind, emit
 
 __all__ = [
@@ -57,9 +57,9 @@ def check_ttl(name: str, value: object, *, allow_none: bool) -> float | None:
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
+        raise ConfigurationError(f"{name} must be a number of seconds > 0, got {value!r}")
     if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be finite and > 0 seconds, got {value!r}")
+        raise ConfigurationError(f"{name} must be finite and > 0 seconds, got {value!r}")
     return float(value)
 
 
@@ -184,7 +184,7 @@ def default_key(*args: Any, **kwargs: Any) -> str:
     try:
         text = json.dumps([args, kwargs], sort_keys=True, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"@idempotent cannot derive a key from these arguments ({exc}); pass "
             "key=lambda *args, **kwargs: ... returning a string"
         ) from exc
@@ -206,7 +206,9 @@ class _Guard:
     def begin(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str, Claim]:
         chosen = self.key(*args, **kwargs)
         if not isinstance(chosen, str) or not chosen:
-            raise TypeError(f"the key function of {self.name!r} must return a non-empty str")
+            raise ArgumentTypeError(
+                f"the key function of {self.name!r} must return a non-empty str"
+            )
         full_key, token = f"{self.name}:{chosen}", uuid.uuid4().hex
         claim = self.store.claim(full_key, token, self.claim_ttl_s)
         if claim.status == "in_progress":
@@ -224,7 +226,7 @@ class _Guard:
             payload = self.dumps(result)
         except (TypeError, ValueError) as exc:
             self.store.release(full_key, token)
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"the result of {self.name!r} could not be stored ({exc}); the call ran but "
                 "a repeat will run again; return JSON-serialisable values or pass "
                 "dumps=/loads="

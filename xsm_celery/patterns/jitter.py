@@ -11,6 +11,8 @@ from __future__ import annotations
 import enum
 import math
 
+from xsm_celery.errors import ConfigurationError
+
 __all__ = ["Jitter", "apply_jitter", "check_draw", "parse_jitter"]
 
 
@@ -42,7 +44,7 @@ def parse_jitter(value: str | Jitter) -> Jitter:
         except ValueError:
             pass
     choices = ", ".join(repr(m.value) for m in Jitter)
-    raise ValueError(f"jitter must be one of {choices}, got {value!r}")
+    raise ConfigurationError(f"jitter must be one of {choices}, got {value!r}")
 
 
 def check_draw(value: float) -> float:
@@ -56,7 +58,7 @@ def check_draw(value: float) -> float:
     """
     draw = float(value)
     if not 0.0 <= draw <= 1.0:
-        raise ValueError(f"rng() must return a float in [0, 1], got {value!r}; fix the rng")
+        raise ConfigurationError(f"rng() must return a float in [0, 1], got {value!r}; fix the rng")
     return draw
 
 

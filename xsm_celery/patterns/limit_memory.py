@@ -12,6 +12,7 @@ import math
 import threading
 
 from xsm_celery.engine import Clock, WallClock
+from xsm_celery.errors import ConfigurationError
 from xsm_celery.patterns.limit_protocols import Admission, RateSpec
 from xsm_celery.patterns.rate_limit import TokenBucket, check_cost
 from xsm_celery.patterns.sliding_window import SlidingWindow
@@ -56,9 +57,9 @@ class MemoryRateLimitBackend:
 
 def _check_lease(lease_s: object) -> float:
     if isinstance(lease_s, bool) or not isinstance(lease_s, int | float):
-        raise ValueError(f"lease_s must be a number of seconds > 0, got {lease_s!r}")
+        raise ConfigurationError(f"lease_s must be a number of seconds > 0, got {lease_s!r}")
     if not math.isfinite(lease_s) or lease_s <= 0:
-        raise ValueError(f"lease_s must be finite and > 0, got {lease_s!r}")
+        raise ConfigurationError(f"lease_s must be finite and > 0, got {lease_s!r}")
     return float(lease_s)
 
 
@@ -73,7 +74,7 @@ class MemoryConcurrencyBackend:
     def acquire(self, key: str, holder: str, limit: int, lease_s: float) -> Admission:
         """Take one of ``limit`` slots for ``holder`` (or renew the one it has)."""
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"limit must be an integer >= 1, got {limit!r}")
+            raise ConfigurationError(f"limit must be an integer >= 1, got {limit!r}")
         lease = _check_lease(lease_s)
         now_s = self._now_s()
         with self._lock:

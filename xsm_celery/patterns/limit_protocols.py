@@ -34,6 +34,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
+from xsm_celery.errors import ConfigurationError
+
 __all__ = [
     "Admission",
     "BreakerDecision",
@@ -59,16 +61,16 @@ RateAlgorithm = Literal["token_bucket", "sliding_window"]
 
 def _positive_finite(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
+        raise ConfigurationError(f"{name} must be a positive number, got {value!r}")
     number = float(value)
     if not math.isfinite(number) or number <= 0:
-        raise ValueError(f"{name} must be finite and > 0, got {value!r}")
+        raise ConfigurationError(f"{name} must be finite and > 0, got {value!r}")
     return number
 
 
 def _positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        raise ConfigurationError(f"{name} must be an integer >= 1, got {value!r}")
     return value
 
 
@@ -114,7 +116,7 @@ class RateSpec:
         burst = self.rate if self.burst is None else _positive_finite("burst", self.burst)
         object.__setattr__(self, "burst", burst)
         if self.algorithm not in ("token_bucket", "sliding_window"):
-            raise ValueError(
+            raise ConfigurationError(
                 f"algorithm must be 'token_bucket' or 'sliding_window', got {self.algorithm!r}"
             )
 
@@ -226,9 +228,11 @@ class BreakerSettings:
         _positive_int("window_size", self.window_size)
         cooldown = self.cooldown_ms
         if isinstance(cooldown, bool) or not isinstance(cooldown, int | float):
-            raise ValueError(f"cooldown_ms must be a number of milliseconds, got {cooldown!r}")
+            raise ConfigurationError(
+                f"cooldown_ms must be a number of milliseconds, got {cooldown!r}"
+            )
         if not math.isfinite(cooldown) or cooldown < 0:
-            raise ValueError(f"cooldown_ms must be finite and >= 0, got {cooldown!r}")
+            raise ConfigurationError(f"cooldown_ms must be finite and >= 0, got {cooldown!r}")
         if self.success_threshold is None:
             object.__setattr__(self, "success_threshold", self.half_open_max_calls)
         else:
@@ -237,7 +241,9 @@ class BreakerSettings:
         if rate is not None and (
             isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate <= 1
         ):
-            raise ValueError(f"failure_rate_threshold must be None or in (0, 1], got {rate!r}")
+            raise ConfigurationError(
+                f"failure_rate_threshold must be None or in (0, 1], got {rate!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ParamSpec, TypeVar
 
-from xsm_celery.errors import RateLimitExceededError
+from xsm_celery.errors import ArgumentTypeError, ConfigurationError, RateLimitExceededError
 from xsm_celery.patterns.breaker import CircuitBreaker
 from xsm_celery.patterns.bulkhead import Bulkhead
 from xsm_celery.patterns.fallback import Fallback
@@ -105,7 +105,7 @@ class ResiliencePipeline:
     def add(self, stage: str, policy: Any) -> ResiliencePipeline:
         """A new pipeline with ``stage`` added innermost (closest to the call)."""
         if stage in self.policies:
-            raise ValueError(f"the pipeline already has a {stage!r} stage")
+            raise ConfigurationError(f"the pipeline already has a {stage!r} stage")
         options = {_option(k): v for k, v in self.policies.items()}
         options[_option(stage)] = policy
         return ResiliencePipeline(
@@ -202,22 +202,24 @@ def _check_order(order: Sequence[str] | None, policies: dict[str, Any]) -> tuple
     if order is None:
         return tuple(stage for stage in DEFAULT_ORDER if stage in policies)
     if isinstance(order, str):
-        raise TypeError(f"order must be a list of stage names, got the string {order!r}")
+        raise ArgumentTypeError(f"order must be a list of stage names, got the string {order!r}")
     stages = tuple(order)
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
-        raise ValueError(f"unknown pipeline stage(s) {unknown}; choose from {list(STAGES)}")
+        raise ConfigurationError(f"unknown pipeline stage(s) {unknown}; choose from {list(STAGES)}")
     if len(set(stages)) != len(stages):
-        raise ValueError(f"order names a stage twice: {list(stages)}")
+        raise ConfigurationError(f"order names a stage twice: {list(stages)}")
     missing = [s for s in stages if s not in policies]
     if missing:
-        raise ValueError(
+        raise ConfigurationError(
             f"order names {missing} but no policy was given for them; pass "
             + ", ".join(f"{_option(s)}=..." for s in missing)
         )
     unused = [s for s in policies if s not in stages]
     if unused:
-        raise ValueError(f"policies for {unused} were given but left out of order={list(stages)}")
+        raise ConfigurationError(
+            f"policies for {unused} were given but left out of order={list(stages)}"
+        )
     return stages
 
 
@@ -228,4 +230,4 @@ def _check_policy(stage: str, policy: Any) -> None:
     if not isinstance(policy, STAGES[stage]):
         expected = STAGES[stage]
         label = expected.__name__ if isinstance(expected, type) else "a number"
-        raise TypeError(f"the {stage!r} stage takes a {label}, got {type(policy).__name__}")
+        raise ArgumentTypeError(f"the {stage!r} stage takes a {label}, got {type(policy).__name__}")

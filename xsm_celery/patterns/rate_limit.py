@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
 from xsm_celery.engine import Clock, WallClock
-from xsm_celery.errors import RateLimitExceededError, StoreUnavailableError
+from xsm_celery.errors import ConfigurationError, RateLimitExceededError, StoreUnavailableError
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns.limit_protocols import (
     Admission,
@@ -108,12 +108,12 @@ class TokenBucket:
 def check_cost(cost: object, capacity: float) -> float:
     """``cost`` as a float in ``(0, capacity]``; anything else could never be admitted."""
     if isinstance(cost, bool) or not isinstance(cost, int | float):
-        raise ValueError(f"cost must be a positive number, got {cost!r}")
+        raise ConfigurationError(f"cost must be a positive number, got {cost!r}")
     value = float(cost)
     if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"cost must be finite and > 0, got {cost!r}")
+        raise ConfigurationError(f"cost must be finite and > 0, got {cost!r}")
     if value > capacity:
-        raise ValueError(
+        raise ConfigurationError(
             f"cost {cost!r} is more than the limiter can ever admit at once ({capacity:g}); "
             "raise burst (or rate, for a sliding window) or split the work"
         )
@@ -125,9 +125,11 @@ def check_timeout(timeout: object) -> float | None:
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or math.isnan(timeout):
-        raise ValueError(f"timeout must be None or a number of seconds >= 0, got {timeout!r}")
+        raise ConfigurationError(
+            f"timeout must be None or a number of seconds >= 0, got {timeout!r}"
+        )
     if timeout < 0:
-        raise ValueError(f"timeout must be >= 0 seconds, got {timeout!r}")
+        raise ConfigurationError(f"timeout must be >= 0 seconds, got {timeout!r}")
     return float(timeout)
 
 
@@ -151,12 +153,12 @@ class BaseLimiter(abc.ABC):
         on_unavailable: OutagePolicy = "raise",
     ) -> None:
         if on_unavailable not in ("raise", "fail_open", "fail_closed"):
-            raise ValueError(
+            raise ConfigurationError(
                 "on_unavailable must be 'raise', 'fail_open' or 'fail_closed', "
                 f"got {on_unavailable!r}"
             )
         if name is not None and (not isinstance(name, str) or not name):
-            raise ValueError(f"name must be a non-empty string, got {name!r}")
+            raise ConfigurationError(f"name must be a non-empty string, got {name!r}")
         self.spec = spec
         self.name: str = name or type(self).__name__
         self.key: str = key or self.name

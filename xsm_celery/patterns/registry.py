@@ -20,7 +20,7 @@ from dataclasses import fields
 from typing import Any
 
 from xsm_celery.engine import Clock
-from xsm_celery.errors import ConfigurationError
+from xsm_celery.errors import ConfigurationError, UnknownNameError
 from xsm_celery.patterns.breaker import CircuitBreaker, CircuitState
 from xsm_celery.patterns.breaker_backend import breaker_from_settings
 from xsm_celery.patterns.limit_protocols import BreakerSettings
@@ -130,7 +130,7 @@ class CircuitBreakerRegistry:
                 "configuration or build the registry with strict=False"
             )
         if not isinstance(name, str) or not name:
-            raise ValueError(f"a breaker name must be a non-empty string, got {name!r}")
+            raise ConfigurationError(f"a breaker name must be a non-empty string, got {name!r}")
         return self.default
 
     def configure(self, name: str, config: BreakerConfig) -> None:
@@ -147,7 +147,7 @@ class CircuitBreakerRegistry:
         with self._lock:
             breaker = self._breakers.get(name)
         if breaker is None:
-            raise KeyError(f"no breaker named {name!r} has been used yet")
+            raise UnknownNameError(f"no breaker named {name!r} has been used yet")
         breaker.reset()
 
     def reset_all(self) -> None:

@@ -15,10 +15,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xsm_celery.engine import MachineLogic
+from xsm_celery.errors import ArgumentTypeError, ConfigurationError
 from xsm_celery.patterns.error_chain import ERRORS_CONTEXT_KEY
 from xsm_celery.patterns.jitter import Jitter, apply_jitter, check_draw, parse_jitter
 
 __all__ = ["ErrorPredicate", "ExceptionTypes", "ResultPredicate", "RetryPolicy"]
+
+_NONE, _FULL, _EQUAL, _DECORRELATED = range(4)
+_MODE_CODES = {
+    Jitter.NONE: _NONE,
+    Jitter.FULL: _FULL,
+    Jitter.EQUAL: _EQUAL,
+    Jitter.DECORRELATED: _DECORRELATED,
+}
+_INF = math.inf
+#: Attempts whose capped exponential a policy computes up front (later ones on demand).
+_PRECOMPUTED_ATTEMPTS = 64
 
 #: One exception class or a tuple of them, as ``except`` accepts.
 ExceptionTypes = type[BaseException] | tuple[type[BaseException], ...]
@@ -32,7 +44,9 @@ ResultPredicate = Callable[[Any], bool]
 
 def _predicate(name: str, value: object) -> Any:
     if value is not None and not callable(value):
-        raise TypeError(f"{name} must be None or a callable returning a bool, got {value!r}")
+        raise ArgumentTypeError(
+            f"{name} must be None or a callable returning a bool, got {value!r}"
+        )
     return value
 
 
@@ -47,11 +61,11 @@ def _holds(predicate: Callable[[Any], bool], value: object) -> bool | None:
 def _number(name: str, value: object, *, allow_inf: bool) -> float:
     """``value`` as a float >= 0; NaN, negatives and (unless allowed) inf are refused."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+        raise ConfigurationError(f"{name} must be a number >= 0, got {value!r}")
     number = float(value)
     if math.isnan(number) or number < 0 or (math.isinf(number) and not allow_inf):
         valid = "[0, inf]" if allow_inf else "[0, inf)"
-        raise ValueError(f"{name} must be in {valid}, got {value!r}")
+        raise ConfigurationError(f"{name} must be in {valid}, got {value!r}")
     return number
 
 
@@ -60,7 +74,7 @@ def _exception_types(name: str, value: ExceptionTypes) -> tuple[type[BaseExcepti
     items = value if isinstance(value, tuple) else (value,)
     for item in items:
         if not (isinstance(item, type) and issubclass(item, BaseException)):
-            raise TypeError(f"{name} takes exception classes, got {item!r}")
+            raise ArgumentTypeError(f"{name} takes exception classes, got {item!r}")
     return items
 
 
@@ -115,6 +129,8 @@ class RetryPolicy:
     abort_if: ErrorPredicate | None = field(repr=False, compare=False)
     retry_if: ErrorPredicate | None = field(repr=False, compare=False)
     retry_on_result: ResultPredicate | None = field(repr=False, compare=False)
+    _mode: int = field(init=False, repr=False, compare=False)
+    _exps: tuple[float, ...] = field(init=False, repr=False, compare=False)
 
     def __init__(
         self,
@@ -133,12 +149,16 @@ class RetryPolicy:
         retry_on_result: ResultPredicate | None = None,
     ) -> None:
         if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-            raise ValueError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
+            raise ConfigurationError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
         factor_value = _number("factor", factor, allow_inf=False)
         if factor_value < 1.0:
-            raise ValueError(f"factor must be in [1, inf) so delays never shrink, got {factor!r}")
+            raise ConfigurationError(
+                f"factor must be in [1, inf) so delays never shrink, got {factor!r}"
+            )
         if not callable(rng):
-            raise TypeError(f"rng must be a callable returning a float in [0, 1], got {rng!r}")
+            raise ArgumentTypeError(
+                f"rng must be a callable returning a float in [0, 1], got {rng!r}"
+            )
         values = {
             "max_attempts": max_attempts,
             "base_ms": _number("base_ms", base_ms, allow_inf=False),
@@ -157,6 +177,12 @@ class RetryPolicy:
         }
         for name, value in values.items():
             object.__setattr__(self, name, value)
+        # The jitter mode as a small int for delay_ms: reading an Enum member costs as much
+        # as the whole backoff formula does.
+        object.__setattr__(self, "_mode", _MODE_CODES[self.jitter])
+        # The capped exponential of the first attempts, computed once: the policy is frozen.
+        exps = tuple(self.exponential_ms(n) for n in range(1, _PRECOMPUTED_ATTEMPTS + 1))
+        object.__setattr__(self, "_exps", exps)
 
     @classmethod
     def aggressive(cls, **overrides: Any) -> RetryPolicy:
@@ -176,7 +202,7 @@ class RetryPolicy:
         A growth too large for a float is the cap, never an ``OverflowError``.
         """
         if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
-            raise ValueError(f"attempt is 1-based, got {attempt!r}")
+            raise ConfigurationError(f"attempt is 1-based, got {attempt!r}")
         if self.base_ms == 0.0:
             return 0.0
         try:
@@ -188,6 +214,10 @@ class RetryPolicy:
     def delay_ms(self, attempt: int, *, previous_ms: float | None = None) -> float:
         """The wait in ms before the next attempt, after attempt number ``attempt`` failed.
 
+        Every chart retry computes one, so the common case (an int attempt, a float draw in
+        range) is written out here; anything unusual takes the checked path of
+        :meth:`exponential_ms`, ``check_draw`` and ``apply_jitter``, with the same result.
+
         Args:
             attempt: The 1-based number of the attempt that failed.
             previous_ms: The previous delay, for ``decorrelated`` (``base_ms`` when None).
@@ -195,14 +225,56 @@ class RetryPolicy:
         Raises:
             ValueError: ``attempt`` < 1, or the rng returned a value outside ``[0, 1]``.
         """
-        exp = self.exponential_ms(attempt)
-        if self.jitter is Jitter.NONE:
+        exps = self._exps
+        if type(attempt) is not int or not 0 < attempt <= len(exps):
+            return self._checked_delay(attempt, previous_ms)
+        exp = exps[attempt - 1]
+        mode = self._mode
+        if mode == _NONE:
             return exp
-        draw = check_draw(self.rng())
+        draw = self.rng()
+        if type(draw) is not float or not 0.0 <= draw <= 1.0 or exp == _INF:
+            return self._checked_delay(attempt, previous_ms, exp, draw)
+        if mode == _FULL:
+            return draw * exp
+        if mode == _EQUAL:
+            half = exp / 2.0
+            return half + draw * half
+        # Decorrelated, as ``jitter.apply_jitter`` computes it, with comparisons for min/max.
+        base, cap = self.base_ms, self.max_ms
+        if cap <= base:
+            return cap
+        if type(previous_ms) is float:
+            prev = previous_ms
+        else:
+            prev = base if previous_ms is None else float(previous_ms)
+        if not 0.0 <= prev < _INF:
+            prev = base
+        high = 3.0 * prev
+        high = max(high, base)
+        high = min(high, cap)
+        value = base + draw * (high - base)
+        return cap if value > cap else value
+
+    def _checked_delay(
+        self,
+        attempt: int,
+        previous_ms: float | None,
+        exp: float | None = None,
+        draw: object = None,
+    ) -> float:
+        """``delay_ms`` with every argument and draw validated (the uncommon inputs)."""
+        if exp is None:
+            exp = self.exponential_ms(attempt)
+            if self.jitter is Jitter.NONE:
+                return exp
+            draw = self.rng()
+        checked = check_draw(draw)  # type: ignore[arg-type]
         previous = self.base_ms if previous_ms is None else float(previous_ms)
         return apply_jitter(
-            self.jitter, exp, draw, base_ms=self.base_ms, cap_ms=self.max_ms, previous_ms=previous
-        )
+            self.jitter, exp, checked, base_ms=self.base_ms, cap_ms=self.max_ms,
+            previous_ms=previous,
+        )  # fmt: skip
 
     def should_retry(self, error: object) -> bool:
         """Whether a failure with ``error`` is worth another attempt, by its type alone.
@@ -244,6 +316,15 @@ class RetryPolicy:
             },
             delays={f"{prefix}Delay": self._delay(keys)},
         )
+
+    def context_keys(self, attempt_key: str = "attempt") -> tuple[str, str, str]:
+        """The context keys :meth:`logic` reads and writes for ``attempt_key``.
+
+        The counter, the previous delay and the private give-up mark: what a chart task may
+        carry between runs on behalf of its policy (see ``xsm_celery.celery.header``).
+        """
+        keys = _Keys(attempt_key)
+        return (keys.attempt, keys.delay, keys.give_up)
 
     def _delay(self, keys: _Keys) -> Callable[[dict[str, Any], Any], float]:
         def delay(ctx: dict[str, Any], event: Any) -> float:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
-from xsm_celery.errors import DeadlineExceededError, RetryExhaustedError
+from xsm_celery.errors import ArgumentTypeError, DeadlineExceededError, RetryExhaustedError
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns.retry import RetryPolicy
 from xsm_celery.patterns.timeout import current_deadline
@@ -147,7 +147,7 @@ def retry(
     Without a policy, ``options`` build one (``@retry(max_attempts=3, base_ms=50)``).
     """
     if policy is not None and options:
-        raise TypeError("retry() takes a RetryPolicy or its options, not both")
+        raise ArgumentTypeError("retry() takes a RetryPolicy or its options, not both")
     chosen = policy if policy is not None else RetryPolicy(**options)
 
     def decorate(fn: Callable[P, T]) -> Callable[P, T]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xsm_celery.engine import MachineLogic, is_engine_event_type
+from xsm_celery.errors import ConfigurationError
 from xsm_celery.patterns.retry import RetryPolicy
 from xsm_celery.patterns.saga_chart import retrying_state_name, saga_chart
 from xsm_celery.patterns.saga_logic import saga_logic
@@ -43,7 +44,7 @@ class SagaStep:
 
 def _check_identifier(what: str, value: object) -> str:
     if not isinstance(value, str) or not value.isidentifier() or keyword.iskeyword(value):
-        raise ValueError(
+        raise ConfigurationError(
             f"{what} {value!r} must be an identifier (letters, digits, '_'), because it is a "
             "state key of the generated chart; use e.g. 'reserve_stock', not 'reserve-stock'"
         )
@@ -52,7 +53,7 @@ def _check_identifier(what: str, value: object) -> str:
 
 def _check_key(what: str, value: object) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(
+        raise ConfigurationError(
             f"{what} must be a non-empty string naming a key of MachineLogic, got {value!r}"
         )
     return value
@@ -62,7 +63,7 @@ def _check_timeout(value: object) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(
+        raise ConfigurationError(
             f"timeout_ms must be a positive int of milliseconds (e.g. timeout_ms=5000) or "
             f"None, got {value!r}"
         )
@@ -73,11 +74,11 @@ def _check_start_event(value: object) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value.strip() or value == "*":
-        raise ValueError(
+        raise ConfigurationError(
             f"start_event must be a plain event name such as 'START', got {value!r}"
         )
     if is_engine_event_type(value):
-        raise ValueError(
+        raise ConfigurationError(
             f"start_event {value!r} is an engine-reserved event name (done.invoke.*, "
             "error.platform.*, after.*, ...); use a plain event name such as 'START'"
         )
@@ -137,7 +138,7 @@ class SagaBuilder:
         """
         _check_identifier("step name", name)
         if retry is not None and not isinstance(retry, RetryPolicy):
-            raise ValueError(
+            raise ConfigurationError(
                 f"retry must be a RetryPolicy (e.g. retry=RetryPolicy(max_attempts=3)) or "
                 f"None, got {type(retry).__name__}"
             )
@@ -155,13 +156,13 @@ class SagaBuilder:
     def _check_collisions(self, candidate: SagaStep) -> None:
         for existing in self._steps:
             if existing.name == candidate.name:
-                raise ValueError(
+                raise ConfigurationError(
                     f"duplicate step {candidate.name!r} in saga {self.name!r}; "
                     "every step needs its own name"
                 )
             for owner, other in ((existing, candidate), (candidate, existing)):
                 if owner.retry is not None and other.name == retrying_state_name(owner.name):
-                    raise ValueError(
+                    raise ConfigurationError(
                         f"step name {other.name!r} collides with step '{owner.name}Retrying', "
                         f"the state a retry= step owns; rename step {other.name!r}"
                     )
@@ -173,7 +174,9 @@ class SagaBuilder:
         operator may have to hear about.
         """
         if not actions:
-            raise ValueError("on_failure() needs at least one action name, e.g. 'notifyOps'")
+            raise ConfigurationError(
+                "on_failure() needs at least one action name, e.g. 'notifyOps'"
+            )
         for action in actions:
             self._on_failure.append(_check_key("on_failure action", action))
         return self
@@ -185,7 +188,7 @@ class SagaBuilder:
             ValueError: No step was declared.
         """
         if not self._steps:
-            raise ValueError(
+            raise ConfigurationError(
                 f"a saga needs at least one step; call .step(...) on SagaBuilder({self.name!r}) "
                 "before build()"
             )

@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
-from xsm_celery.errors import DeadlineExceededError
+from xsm_celery.errors import ConfigurationError, DeadlineExceededError, UnknownNameError
 from xsm_celery.hooks import FactKind, emit
 
 __all__ = [
@@ -49,9 +49,9 @@ T = TypeVar("T")
 def check_seconds(name: str, value: object) -> float:
     """``value`` as a finite number of seconds > 0."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
+        raise ConfigurationError(f"{name} must be a number of seconds > 0, got {value!r}")
     if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be finite and > 0 seconds, got {value!r}")
+        raise ConfigurationError(f"{name} must be finite and > 0 seconds, got {value!r}")
     return float(value)
 
 
@@ -116,7 +116,7 @@ def _budget(timeout_s: float | None, name: str) -> tuple[float, float]:
     outer = _current.get()
     if outer is None:
         if own is None:
-            raise ValueError(
+            raise ConfigurationError(
                 f"'{name}' has no timeout and no deadline is open; pass timeout_s or call "
                 "it inside 'with deadline(seconds):'"
             )
@@ -262,7 +262,7 @@ class TimeoutManager:
             return self._timeouts[name]
         if self.default_s is None:
             known = ", ".join(sorted(self._timeouts)) or "none"
-            raise KeyError(f"no timeout named {name!r} (known: {known}) and no default_s")
+            raise UnknownNameError(f"no timeout named {name!r} (known: {known}) and no default_s")
         return self.default_s
 
     def set(self, name: str, seconds: float) -> None:

@@ -23,6 +23,7 @@ from xsm_celery.engine import Event, PluginBase, Receipt
 from xsm_celery.errors import StoreError
 from xsm_celery.persistence.inbox import fingerprint
 from xsm_celery.persistence.persisted import is_persisted
+from xsm_celery.persistence.protocols import Inbox
 
 __all__ = [
     "DEFAULT_IN_FLIGHT_TTL_S",
@@ -93,7 +94,7 @@ class IdempotencyPlugin(PluginBase):
 
     def __init__(
         self,
-        inbox: Any,
+        inbox: Inbox,
         *,
         key_of: Callable[[Event], str | None] = default_key,
         principal: str = "",

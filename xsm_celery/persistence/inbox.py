@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import threading
 import time
 from typing import Any
 
+from xsm_celery.errors import ConfigurationError
 from xsm_celery.persistence.protocols import InboxEntry
 from xsm_celery.persistence.sqlite import SQLiteDatabase, SQLiteStore
 
-__all__ = ["MemoryInbox", "SQLiteInbox", "fingerprint"]
+__all__ = ["MemoryInbox", "SQLiteInbox", "expiry_time", "fingerprint"]
 
 
 def fingerprint(event_type: str, payload: Any) -> str:
@@ -29,8 +31,22 @@ def fingerprint(event_type: str, payload: Any) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def _expiry(ttl_s: float | None, now: float) -> float | None:
-    return None if ttl_s is None else now + float(ttl_s)
+def expiry_time(ttl_s: float | None, now: float) -> float | None:
+    """When an inbox entry written at ``now`` with ``ttl_s`` expires (None: never).
+
+    Every inbox backend computes it here, so they agree on the argument order and refuse the
+    same bad values.
+
+    Raises:
+        ValueError: ``ttl_s`` is negative, NaN, infinite or not a number.
+    """
+    if ttl_s is None:
+        return None
+    if isinstance(ttl_s, bool) or not isinstance(ttl_s, int | float) or not 0 <= ttl_s < math.inf:
+        raise ConfigurationError(
+            f"ttl_s must be None or a finite number of seconds >= 0, got {ttl_s!r}"
+        )
+    return now + float(ttl_s)
 
 
 def _live(entry: InboxEntry | None, now: float) -> bool:
@@ -60,7 +76,7 @@ class MemoryInbox:
         with self._lock:
             if _live(self._entries.get((scope, key)), now):
                 return False
-            self._entries[(scope, key)] = InboxEntry(fingerprint, None, _expiry(ttl_s, now))
+            self._entries[(scope, key)] = InboxEntry(fingerprint, None, expiry_time(ttl_s, now))
             return True
 
     def mark(self, scope: str, key: str, receipt: str, *, ttl_s: float | None) -> None:
@@ -68,7 +84,7 @@ class MemoryInbox:
         with self._lock:
             old = self._entries.get((scope, key))
             fp = old.fingerprint if old else ""
-            self._entries[(scope, key)] = InboxEntry(fp, receipt, _expiry(ttl_s, time.time()))
+            self._entries[(scope, key)] = InboxEntry(fp, receipt, expiry_time(ttl_s, time.time()))
 
     def release(self, scope: str, key: str) -> None:
         """Drop an in-flight claim; a completed entry is kept."""
@@ -150,7 +166,7 @@ class SQLiteInbox:
             cursor = conn.execute(
                 "INSERT OR IGNORE INTO xsm_inbox (scope, key, fingerprint, receipt, expires_at) "
                 "VALUES (?, ?, ?, NULL, ?)",
-                (scope, key, fingerprint, _expiry(ttl_s, now)),
+                (scope, key, fingerprint, expiry_time(ttl_s, now)),
             )
             return cursor.rowcount == 1
 
@@ -160,7 +176,7 @@ class SQLiteInbox:
             "INSERT INTO xsm_inbox (scope, key, fingerprint, receipt, expires_at) "
             "VALUES (?, ?, '', ?, ?) ON CONFLICT(scope, key) DO UPDATE SET "
             "receipt = excluded.receipt, expires_at = excluded.expires_at",
-            (scope, key, receipt, _expiry(ttl_s, time.time())),
+            (scope, key, receipt, expiry_time(ttl_s, time.time())),
         )
 
     def release(self, scope: str, key: str) -> None:

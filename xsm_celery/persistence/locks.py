@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from xsm_celery.errors import ConflictError
+from xsm_celery.errors import ConfigurationError, ConflictError
+
+if TYPE_CHECKING:
+    from xsm_celery.engine import Machine
+    from xsm_celery.persistence.protocols import StateStore
 
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT_S",
@@ -39,10 +43,10 @@ class OptimisticLock:
 
     def __init__(self, retries: int = DEFAULT_OPTIMISTIC_RETRIES) -> None:
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise ValueError(f"retries must be an int >= 0, got {retries!r}")
+            raise ConfigurationError(f"retries must be an int >= 0, got {retries!r}")
         self.retries = retries
 
-    def acquire(self, store: Any, key: str) -> contextlib.AbstractContextManager[Any]:
+    def acquire(self, store: StateStore, key: str) -> contextlib.AbstractContextManager[Any]:
         """Nothing to hold: the version check at save time is the lock."""
         return contextlib.nullcontext()
 
@@ -50,7 +54,9 @@ class OptimisticLock:
         """The version the save must find: the one that was loaded."""
         return loaded_version
 
-    def run(self, store: Any, key: str, machine: Any, fn: Callable[[Any], T], **options: Any) -> T:
+    def run(
+        self, store: StateStore, key: str, machine: Machine, fn: Callable[[Any], T], **options: Any
+    ) -> T:
         """Run ``fn(interpreter)`` in ``persisted()``, re-running it after a lost race."""
         from xsm_celery.persistence.persisted import persisted
 
@@ -77,10 +83,10 @@ class PessimisticLock:
 
     def __init__(self, timeout: float = DEFAULT_LOCK_TIMEOUT_S) -> None:
         if not timeout >= 0:
-            raise ValueError(f"timeout must be >= 0 seconds, got {timeout!r}")
+            raise ConfigurationError(f"timeout must be >= 0 seconds, got {timeout!r}")
         self.timeout = float(timeout)
 
-    def acquire(self, store: Any, key: str) -> contextlib.AbstractContextManager[Any]:
+    def acquire(self, store: StateStore, key: str) -> contextlib.AbstractContextManager[Any]:
         """Return the store's lock on ``key``."""
         lock: contextlib.AbstractContextManager[Any] = store.lock(key, timeout=self.timeout)
         return lock
@@ -89,7 +95,9 @@ class PessimisticLock:
         """Still checked: a writer that bypassed the lock is caught, never overwritten."""
         return loaded_version
 
-    def run(self, store: Any, key: str, machine: Any, fn: Callable[[Any], T], **options: Any) -> T:
+    def run(
+        self, store: StateStore, key: str, machine: Machine, fn: Callable[[Any], T], **options: Any
+    ) -> T:
         """Run ``fn(interpreter)`` once in ``persisted()`` under the lock."""
         from xsm_celery.persistence.persisted import persisted
 

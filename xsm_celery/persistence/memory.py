@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Iterator
 
+from xsm_celery.engine.snapshot import DEFAULT_MAX_SNAPSHOT_BYTES
 from xsm_celery.errors import ConflictError, LockTimeoutError, StoreError
 from xsm_celery.persistence.protocols import StoredSnapshot
 
@@ -18,8 +19,6 @@ __all__ = [
     "check_snapshot",
 ]
 
-#: The largest snapshot a store accepts, in UTF-8 bytes (the envelopes' cap too).
-DEFAULT_MAX_SNAPSHOT_BYTES = 1024 * 1024
 #: The longest instance key a store accepts.
 MAX_KEY_LENGTH = 200
 

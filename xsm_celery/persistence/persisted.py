@@ -27,6 +27,7 @@ from xsm_celery.engine import Machine, SyncInterpreter
 from xsm_celery.engine.clock import Clock
 from xsm_celery.errors import StoreError
 from xsm_celery.persistence.locks import OptimisticLock
+from xsm_celery.persistence.protocols import LockStrategy, StateStore
 
 __all__ = ["is_persisted", "load_interpreter", "persisted", "save_interpreter"]
 
@@ -60,7 +61,7 @@ def _quiet_hooks(plugins: Iterable[Any], hook: str, *args: Any) -> None:
 
 
 def load_interpreter(
-    store: Any,
+    store: StateStore,
     key: str,
     machine: Machine,
     *,
@@ -98,7 +99,7 @@ def load_interpreter(
 
 
 def save_interpreter(
-    store: Any,
+    store: StateStore,
     key: str,
     interp: SyncInterpreter,
     *,
@@ -129,11 +130,11 @@ def save_interpreter(
 
 @contextlib.contextmanager
 def persisted(
-    store: Any,
+    store: StateStore,
     key: str,
     machine: Machine,
     *,
-    lock: Any = None,
+    lock: LockStrategy | None = None,
     clock: Clock | None = None,
     plugins: Iterable[Any] = (),
     create: bool = True,
@@ -160,7 +161,7 @@ def persisted(
         expected_machine_hash: Also accept snapshots of this older structure hash.
         before_commit: Callables run with the interpreter inside the save's transaction.
     """
-    strategy = lock if lock is not None else OptimisticLock()
+    strategy: LockStrategy = lock if lock is not None else OptimisticLock()
     hooks = list(plugins)
     committed = False
     with contextlib.ExitStack() as stack:

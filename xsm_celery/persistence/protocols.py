@@ -27,6 +27,7 @@ __all__ = [
     "DueTimer",
     "Inbox",
     "InboxEntry",
+    "LockStrategy",
     "OutboxRecord",
     "OutboxStore",
     "StateStore",
@@ -81,7 +82,7 @@ class StateStore(Protocol):
     def list_keys(self, *, prefix: str = "", limit: int = 1000) -> list[str]:
         """Return up to ``limit`` keys starting with ``prefix``, sorted."""
 
-    def lock(self, key: str, *, timeout: float = 10.0) -> AbstractContextManager[None]:
+    def lock(self, key: str, *, timeout: float = 10.0) -> AbstractContextManager[object]:
         """Hold ``key`` exclusively (and, where the store has one, open its transaction).
 
         Raises ``LockTimeoutError`` if the lock is not acquired within ``timeout`` seconds.
@@ -211,3 +212,17 @@ class TimerStore(Protocol):
 
     def delete_key(self, key: str) -> int:
         """Remove every timer of instance ``key``; return how many."""
+
+
+class LockStrategy(Protocol):
+    """How ``persisted()`` keeps concurrent writers of one instance from losing updates.
+
+    ``OptimisticLock`` and ``PessimisticLock`` implement it; a custom strategy (a Redis lock,
+    an advisory lock) needs only these two methods.
+    """
+
+    def acquire(self, store: StateStore, key: str) -> AbstractContextManager[Any]:
+        """What to hold for the whole load-act-save of ``key``."""
+
+    def expected(self, loaded_version: int) -> int | None:
+        """The version the save must find (None: overwrite whatever is there)."""

@@ -24,10 +24,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xsm_celery.engine import Machine, SimulatedClock
+from xsm_celery.errors import ConfigurationError
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.ids import new_id
 from xsm_celery.persistence.persisted import persisted
-from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, DueTimer
+from xsm_celery.persistence.protocols import (
+    DEFAULT_CLAIM_LEASE_S,
+    DueTimer,
+    LockStrategy,
+    StateStore,
+    TimerStore,
+)
 
 __all__ = ["DueTimerScanner", "DurableTimers", "MemoryTimerStore", "ScanResult", "deadlines_of"]
 
@@ -137,10 +144,10 @@ class DurableTimers:
     that share a transaction).
     """
 
-    def __init__(self, timers: Any) -> None:
+    def __init__(self, timers: TimerStore) -> None:
         self.timers = timers
 
-    def on_persist(self, interp: Any, store: Any) -> None:
+    def on_persist(self, interp: Any, store: StateStore) -> None:
         """Rewrite the timer rows of the instance just saved."""
         key = str(interp.store_key)
         self.timers.delete_key(key)
@@ -186,11 +193,11 @@ class DueTimerScanner:
 
     def __init__(
         self,
-        store: Any,
+        store: StateStore,
         machines: Machine | Mapping[str, Machine] | Iterable[Machine],
         *,
-        timers: Any = None,
-        lock: Any = None,
+        timers: TimerStore | None = None,
+        lock: LockStrategy | None = None,
         plugins: Iterable[Any] = (),
         batch: int = 100,
         owner: str | None = None,
@@ -198,7 +205,7 @@ class DueTimerScanner:
         wall: Callable[[], float] = time.time,
     ) -> None:
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise ValueError(f"batch must be an int >= 1, got {batch!r}")
+            raise ConfigurationError(f"batch must be an int >= 1, got {batch!r}")
         self.store = store
         self.machines = _machine_table(machines)
         self.timers = timers
@@ -244,7 +251,7 @@ class DueTimerScanner:
                 continue
             result.woken.append(key)
             emit(FactKind.TIMER_FIRED, purpose="machine", lag_s=max(0.0, when - due))
-        if claimed:
+        if claimed and self.timers is not None:
             self.timers.release([t.id for t in claimed if t.key in result.failed], self.owner)
         return result
 
@@ -261,7 +268,7 @@ class DueTimerScanner:
         machine_id = json.loads(record.snapshot).get("machine_id")
         machine = self.machines.get(machine_id)
         if machine is None:
-            raise LookupError(f"no machine {machine_id!r} given to the scanner for {key!r}")
+            raise ConfigurationError(f"no machine {machine_id!r} given to the scanner for {key!r}")
         plugins = self.plugins + ((DurableTimers(self.timers),) if self.timers is not None else ())
         clock = SimulatedClock(wall_start=now)
         with persisted(self.store, key, machine, lock=self.lock, clock=clock, plugins=plugins):

@@ -6,12 +6,12 @@ Needs the ``redis`` extra: ``pip install "xsm-celery[redis]"``.
 
 from __future__ import annotations
 
-from xsm_celery.errors import MissingExtraError
+from xsm_celery import errors as _errors
 
 try:
     import redis  # noqa: F401
 except ImportError as exc:
-    raise MissingExtraError(extra="redis", module="redis") from exc
+    raise _errors.MissingExtraError(extra="redis", module="redis") from exc
 
 from xsm_celery.redis.breaker_state import FleetBreaker
 from xsm_celery.redis.concurrency import AimdParams, RedisSlots

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xsm_celery.engine import SimulatedClock, SyncInterpreter
-from xsm_celery.errors import CircuitOpenError
+from xsm_celery.errors import ArgumentTypeError, CircuitOpenError, ConfigurationError
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns import CircuitBreaker
 from xsm_celery.redis.fleet_store import FleetKey, FleetRedis, monotonic_ms
@@ -113,7 +113,7 @@ class FleetBreaker:
     ) -> None:
         unknown = sorted(set(options) - set(BREAKER_OPTIONS))
         if unknown:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"breaker {name!r} got unknown options {unknown}; use {list(BREAKER_OPTIONS)}"
             )
         template = CircuitBreaker(name=name, **options)
@@ -123,7 +123,7 @@ class FleetBreaker:
         self.config = {k: template.interpreter.context[k] for k in _CONFIG_KEYS}
         template.close()
         if not check_interval_ms >= 0:
-            raise ValueError(f"check_interval_ms must be >= 0, got {check_interval_ms!r}")
+            raise ConfigurationError(f"check_interval_ms must be >= 0, got {check_interval_ms!r}")
         self.check_interval_ms = float(check_interval_ms)
         self.probe_timeout_ms = float(
             probe_timeout_ms if probe_timeout_ms is not None else max(self.cooldown_ms, 60_000)

@@ -20,7 +20,7 @@ import threading
 import uuid
 from dataclasses import dataclass
 
-from xsm_celery.errors import StoreUnavailableError
+from xsm_celery.errors import ConfigurationError, StoreUnavailableError
 from xsm_celery.redis.fleet_store import FleetKey, FleetRedis
 from xsm_celery.redis.rate_limit import Decision
 
@@ -43,14 +43,14 @@ class AimdParams:
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_limit <= self.initial <= self.max_limit:
-            raise ValueError(
+            raise ConfigurationError(
                 "AIMD needs 1 <= min_limit <= initial <= max_limit, got "
                 f"min_limit={self.min_limit}, initial={self.initial}, max_limit={self.max_limit}"
             )
         if not 0 < self.decrease < 1:
-            raise ValueError(f"AIMD decrease must be in (0, 1), got {self.decrease!r}")
+            raise ConfigurationError(f"AIMD decrease must be in (0, 1), got {self.decrease!r}")
         if self.increase < 1 or self.latency_target_ms <= 0 or self.interval_s <= 0:
-            raise ValueError(
+            raise ConfigurationError(
                 "AIMD increase must be >= 1 and latency_target_ms, interval_s > 0, got "
                 f"{self.increase}, {self.latency_target_ms}, {self.interval_s}"
             )
@@ -85,9 +85,9 @@ class RedisSlots:
         aimd: AimdParams | None = None,
     ) -> None:
         if aimd is None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise ValueError(f"concurrency limit must be an integer >= 1, got {limit!r}")
+            raise ConfigurationError(f"concurrency limit must be an integer >= 1, got {limit!r}")
         if not lease_s > 0:
-            raise ValueError(f"lease_s must be > 0 seconds, got {lease_s!r}")
+            raise ConfigurationError(f"lease_s must be > 0 seconds, got {lease_s!r}")
         self.store = store
         self.key = FleetKey("slots", name)
         self.limit = limit

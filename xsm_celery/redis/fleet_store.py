@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import redis
 
-from xsm_celery.errors import StoreUnavailableError
+from xsm_celery.errors import ConfigurationError, StoreUnavailableError
 from xsm_celery.redis import scripts
 
 __all__ = ["DEFAULT_FLEET_PREFIX", "INDEX_MAX_AGE_MS", "FleetKey", "FleetRedis", "monotonic_ms"]
@@ -38,9 +38,9 @@ class FleetKey:
 
     def __init__(self, kind: str, name: str) -> None:
         if kind not in _KINDS:
-            raise ValueError(f"fleet key kind must be one of {_KINDS}, got {kind!r}")
+            raise ConfigurationError(f"fleet key kind must be one of {_KINDS}, got {kind!r}")
         if not isinstance(name, str) or not name:
-            raise ValueError(f"fleet key name must be a non-empty string, got {name!r}")
+            raise ConfigurationError(f"fleet key name must be a non-empty string, got {name!r}")
         self.kind = kind
         self.name = name
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import redis
 
+from xsm_celery.persistence.inbox import expiry_time
 from xsm_celery.persistence.protocols import InboxEntry
 from xsm_celery.redis.outages import redis_store_error
 
@@ -84,9 +85,10 @@ class RedisInbox:
 
     def _expiry(self, ttl_s: float | None) -> tuple[str, int]:
         """``expires_at`` as stored ('' for never) and the TTL in ms (0 for none)."""
-        if ttl_s is None:
+        expires_at = expiry_time(ttl_s, self._clock())
+        if expires_at is None or ttl_s is None:
             return "", 0
-        return repr(self._clock() + float(ttl_s)), max(int(float(ttl_s) * 1000), 1)
+        return repr(expires_at), max(int(float(ttl_s) * 1000), 1)
 
     def get(self, scope: str, key: str) -> InboxEntry | None:
         """Return the live entry for ``(scope, key)``, or ``None`` if unseen or expired."""

@@ -18,6 +18,7 @@ import threading
 import uuid
 from typing import Any
 
+from xsm_celery.errors import ConfigurationError
 from xsm_celery.patterns.limit_protocols import (
     Admission,
     BreakerDecision,
@@ -39,9 +40,9 @@ def _store(client: Any, prefix: str | None) -> FleetRedis:
 
 def _lease(lease_s: float) -> int:
     if isinstance(lease_s, bool) or not isinstance(lease_s, int | float):
-        raise ValueError(f"lease_s must be a positive number of seconds, got {lease_s!r}")
+        raise ConfigurationError(f"lease_s must be a positive number of seconds, got {lease_s!r}")
     if not math.isfinite(lease_s) or lease_s <= 0:
-        raise ValueError(f"lease_s must be finite and > 0, got {lease_s!r}")
+        raise ConfigurationError(f"lease_s must be finite and > 0, got {lease_s!r}")
     return max(1, int(lease_s * 1000))
 
 
@@ -64,9 +65,9 @@ class RedisRateLimitBackend:
             StoreUnavailableError: Redis could not be reached.
         """
         if not (isinstance(cost, int | float) and math.isfinite(cost) and cost > 0):
-            raise ValueError(f"cost must be a finite number > 0, got {cost!r}")
+            raise ConfigurationError(f"cost must be a finite number > 0, got {cost!r}")
         if cost > spec.capacity:
-            raise ValueError(
+            raise ConfigurationError(
                 f"cost {cost!r} is over the limit's capacity {spec.capacity!r}; it could never "
                 "be admitted"
             )
@@ -120,7 +121,7 @@ class RedisConcurrencyBackend:
             StoreUnavailableError: Redis could not be reached.
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"limit must be an integer >= 1, got {limit!r}")
+            raise ConfigurationError(f"limit must be an integer >= 1, got {limit!r}")
         lease_ms = _lease(lease_s)
         fleet_key, zset, meta = self._keys(key)
         reply = self.store.run(

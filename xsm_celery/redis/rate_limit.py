@@ -14,6 +14,7 @@ from __future__ import annotations
 import uuid
 from typing import NamedTuple
 
+from xsm_celery.errors import ConfigurationError
 from xsm_celery.redis.fleet_store import FleetKey, FleetRedis
 
 __all__ = ["Decision", "RedisSlidingWindow", "RedisTokenBucket"]
@@ -37,7 +38,7 @@ class Decision(NamedTuple):
 
 def _positive(name: str, value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ValueError(f"{name} must be a number > 0, got {value!r}")
+        raise ConfigurationError(f"{name} must be a number > 0, got {value!r}")
     return float(value)
 
 

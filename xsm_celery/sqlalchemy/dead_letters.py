@@ -9,7 +9,6 @@ what ``xsm-celery dlq show`` prints.
 from __future__ import annotations
 
 import builtins
-import getpass
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -21,14 +20,15 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
 from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS
-from xsm_celery.errors import StoreError, StoreUnavailableError
+from xsm_celery.errors import ArgumentTypeError, StoreError, StoreUnavailableError
+from xsm_celery.operators import current_actor
 from xsm_celery.patterns.dead_letter import DeadLetter, check_cutoff, check_limit
 from xsm_celery.patterns.dead_letter_redaction import plain_json, redact_record
 from xsm_celery.sqlalchemy._tables import audit_table, dead_letter_table, metadata
 from xsm_celery.sqlalchemy.connect import make_engine, safe_url
 from xsm_celery.sqlalchemy.outages import is_outage
 
-__all__ = ["SQLAlchemyDeadLetterStore", "current_actor", "dead_letter_metadata"]
+__all__ = ["SQLAlchemyDeadLetterStore", "dead_letter_metadata"]
 
 #: The ``MetaData`` holding both tables, for projects whose migrations own the schema.
 dead_letter_metadata = metadata
@@ -40,12 +40,6 @@ _T = dead_letter_table
 _A = audit_table
 
 
-def current_actor() -> str:
-    """The login name of the operator running this process, for audit rows."""
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"
 
 
 class SQLAlchemyDeadLetterStore:
@@ -102,7 +96,7 @@ class SQLAlchemyDeadLetterStore:
     def put(self, record: DeadLetter) -> str:
         """Store ``record`` redacted, replacing a record with the same id; return its id."""
         if not isinstance(record, DeadLetter):
-            raise TypeError(f"put() takes a DeadLetter, got {type(record).__name__}")
+            raise ArgumentTypeError(f"put() takes a DeadLetter, got {type(record).__name__}")
         row = _row(self._redact(record))
         with self._guard("put"), self.engine.begin() as conn:
             conn.execute(_T.delete().where(_T.c.id == record.id))
@@ -193,7 +187,7 @@ class SQLAlchemyDeadLetterStore:
     ) -> None:
         """Append one operator action (replay, resolve, purge) to the audit table."""
         values = {"record_id": record_id, "at": self._wall(), "action": action,
-                  "actor": actor or current_actor(), "reason": reason, "outcome": outcome}
+                  "actor": current_actor(actor), "reason": reason, "outcome": outcome}
         with self._guard("audit"), self.engine.begin() as conn:
             conn.execute(_A.insert().values(**values))
 

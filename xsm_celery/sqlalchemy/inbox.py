@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, Engine
 
+from xsm_celery.persistence.inbox import expiry_time
 from xsm_celery.persistence.protocols import InboxEntry
 from xsm_celery.sqlalchemy.snapshots import SQLAlchemyDatabase, SQLAlchemyStore
 
@@ -34,10 +35,6 @@ inbox_table = sa.Table(
 )
 
 _DIALECT_INSERTS: dict[str, Any] = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
-
-
-def _expiry(ttl_s: float | None, now: float) -> float | None:
-    return None if ttl_s is None else now + float(ttl_s)
 
 
 class SQLAlchemyInbox:
@@ -87,7 +84,7 @@ class SQLAlchemyInbox:
             "key": key,
             "fingerprint": fingerprint,
             "receipt": None,
-            "expires_at": _expiry(ttl_s, now),
+            "expires_at": expiry_time(ttl_s, now),
         }
         with self.db.transaction() as conn, self.db.guard("inbox claim"):
             conn.execute(
@@ -116,7 +113,7 @@ class SQLAlchemyInbox:
     def mark(self, scope: str, key: str, receipt: str, *, ttl_s: float | None) -> None:
         """Store the receipt of ``(scope, key)``; the first fingerprint is kept."""
         t = inbox_table
-        expires = _expiry(ttl_s, self._clock())
+        expires = expiry_time(ttl_s, self._clock())
         with self.db.transaction() as conn, self.db.guard("inbox mark"):
             changed = conn.execute(
                 t.update()

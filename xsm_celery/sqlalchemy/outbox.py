@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
 from xsm_celery.eda import Envelope
-from xsm_celery.errors import StoreError
+from xsm_celery.errors import ArgumentTypeError, ConfigurationError, StoreError
 from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, OutboxRecord
 from xsm_celery.sqlalchemy.snapshots import SQLAlchemyDatabase, SQLAlchemyStore
 
@@ -54,13 +54,13 @@ outbox_table = sa.Table(
 
 def _check_claim(limit: int, owner: str, lease_s: float) -> None:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise ValueError(f"limit must be an int >= 0, got {limit!r}")
+        raise ConfigurationError(f"limit must be an int >= 0, got {limit!r}")
     if not isinstance(owner, str) or not owner or len(owner) > _MAX_OWNER:
-        raise ValueError(
+        raise ConfigurationError(
             f"owner must be a non-empty string of at most {_MAX_OWNER} characters: {owner!r}"
         )
     if not lease_s > 0:
-        raise ValueError(f"lease_s must be > 0 seconds, got {lease_s!r}")
+        raise ConfigurationError(f"lease_s must be > 0 seconds, got {lease_s!r}")
 
 
 class SQLAlchemyOutboxStore:
@@ -112,7 +112,7 @@ class SQLAlchemyOutboxStore:
     def add(self, topic: str, envelope: Envelope) -> int:
         """Append a row (in the current transaction, if any) and return its sequence number."""
         if not isinstance(envelope, Envelope):
-            raise TypeError(f"add() needs an Envelope, got {type(envelope).__name__}")
+            raise ArgumentTypeError(f"add() needs an Envelope, got {type(envelope).__name__}")
         with self.db.transaction() as conn, self.db.guard("add"):
             result = conn.execute(outbox_table.insert().values(**self._row(topic, envelope)))
             seq = result.inserted_primary_key

@@ -21,7 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
-from xsm_celery.errors import StoreError, StoreUnavailableError
+from xsm_celery.errors import ConfigurationError, StoreError, StoreUnavailableError
 from xsm_celery.ids import new_id
 from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, DueTimer
 from xsm_celery.sqlalchemy.connect import make_engine, safe_url
@@ -107,7 +107,7 @@ def _create(engine: Engine, table: sa.Table) -> None:
 def _finite(name: str, value: float) -> float:
     number = float(value)
     if math.isnan(number) or math.isinf(number):
-        raise ValueError(f"{name} must be finite epoch seconds, got {value!r}")
+        raise ConfigurationError(f"{name} must be finite epoch seconds, got {value!r}")
     return number
 
 
@@ -211,7 +211,7 @@ class SQLAlchemyTimerStore:
 
 def _limit(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise ValueError(f"limit must be an integer >= 0, got {limit!r}")
+        raise ConfigurationError(f"limit must be an integer >= 0, got {limit!r}")
     return limit
 
 

@@ -8,41 +8,27 @@ action writes an audit row.
 
 from __future__ import annotations
 
-import getpass
 import json
-import re
 import time
 from argparse import ArgumentParser
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from xsm_celery import operators
 from xsm_celery.django.operations import DeadLetterOperations
 from xsm_celery.django.stores import DjangoDeadLetterStore
 from xsm_celery.errors import XsmError
+from xsm_celery.operators import PURGE_ALL, current_actor
 from xsm_celery.patterns.dead_letter import DeadLetter, purge_resolved_older_than
-
-_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
-
-#: The audit ``record_id`` of a purge by age, which concerns every matching record.
-PURGE_ALL = "*"
 
 
 def parse_age(text: str) -> float:
-    """``90s``, ``15m``, ``12h``, ``30d`` or ``2w`` as seconds."""
-    match = _AGE.match(text)
-    if match is None:
-        raise CommandError(f"invalid --older-than {text!r}: use a number and a unit, e.g. 90s, "
-                           "15m, 12h, 30d, 2w", returncode=2)
-    return float(match.group(1)) * _UNIT_S[match.group(2)]
-
-
-def _login() -> str:
+    """``90s``, ``15m``, ``12h``, ``30d`` or ``2w`` as seconds (see ``operators.parse_age``)."""
     try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"
+        return operators.parse_age(text)
+    except ValueError as exc:
+        raise CommandError(str(exc), returncode=2) from None
 
 
 class Command(BaseCommand):
@@ -138,7 +124,7 @@ class Command(BaseCommand):
         if not reason:
             raise CommandError(f'{action} needs --reason "why this is safe now" (it is audited)',
                                returncode=2)
-        return reason, options.get("actor") or _login()
+        return reason, current_actor(options.get("actor"))
 
     def _replay(self, store: DjangoDeadLetterStore, options: dict[str, Any]) -> None:
         record = self._record(store, options["record_id"])

@@ -1,1 +1,0 @@
-"""Placeholder: this package is being built; nothing is public yet."""
