@@ -91,3 +91,39 @@ def test_guard_result_is_coerced_to_bool() -> None:
     """A guard returning a truthy non-bool value passes; a falsy one does not."""
     assert go({"g": lambda c, e: [1]}, "g").value == "open"
     assert go({"g": lambda c, e: 0}, "g").value == "closed"
+
+
+def test_selection_entry_points_answer_outside_a_step() -> None:
+    """evaluate_guard, first_enabled and select_transitions give the step's answer, contained."""
+    from xsm_celery.engine.selection import (
+        DENIED,
+        evaluate_guard,
+        first_enabled,
+        select_transitions,
+    )
+
+    def boom(ctx: Any, e: Any) -> bool:
+        raise RuntimeError("guard broke")
+
+    config = {
+        "id": "m",
+        "initial": "a",
+        "states": {
+            "a": {"on": {"GO": [{"guard": "big", "target": "b"}, {"guard": "boom", "target": "c"}]}},
+            "b": {},
+            "c": {},
+        },
+    }
+    logic = MachineLogic(guards={"big": lambda ctx, e: ctx["n"] > 5, "boom": boom})
+    interp = SyncInterpreter(create_machine(config, logic=logic)).start()
+    interp.context["n"] = 1
+    candidates = interp.machine.get_state("m.a").on["GO"]
+    assert evaluate_guard(candidates[0].guard, {"n": 9}, Event("GO")) is True
+    assert evaluate_guard(candidates[1].guard, {"n": 9}, Event("GO")) is False
+    assert first_enabled(candidates, {"n": 9}, Event("GO")) is candidates[0]
+    assert first_enabled(candidates, {"n": 1}, Event("GO")) is None
+    assert select_transitions(interp, Event("GO")) == DENIED
+    assert select_transitions(interp, Event("NOPE")) is None
+    interp.context["n"] = 7
+    assert select_transitions(interp, Event("GO")) == (candidates[0],)
+    assert interp.value == "a"

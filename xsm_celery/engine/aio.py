@@ -12,9 +12,9 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from xsm_celery.engine.events import EngineEvent, Receipt, to_event
+from xsm_celery.engine import delivery, services
+from xsm_celery.engine.events import Event, Receipt, to_event
 from xsm_celery.engine.invoke import ActorRef
-from xsm_celery.engine.plugins import dispatch
 from xsm_celery.engine.runtime import RUNNING, Core
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ class Interpreter(Core):
         if loop is None:
             return
         try:
-            loop.call_soon_threadsafe(self._drain_mailbox)
+            loop.call_soon_threadsafe(delivery.drain_mailbox, self)
         except RuntimeError:
             logger.debug("machine %r: event loop closed; mailbox left for tick()", self.id)
 
@@ -114,7 +114,7 @@ class Interpreter(Core):
         self._wake_handle = None
         self._wake_due = None
         if self._status == RUNNING and not self._processing:
-            self._fire_due(self.clock.now())
+            delivery.fire_due(self, self.clock.now())
         self._timers_armed()
 
     def _cancel_wake(self) -> None:
@@ -128,9 +128,7 @@ class Interpreter(Core):
         if loop is None:
             super()._start_awaitable(inv, node, result)
             return
-        actor = ActorRef(self, inv)
-        self._actors.setdefault(node, []).append(actor)
-        self.children[inv.id] = actor
+        actor = services.track_actor(self, inv, node)
         task = loop.create_task(_await(result))
         actor.task = task
         task.add_done_callback(lambda t: self._task_finished(node, actor, t))
@@ -138,23 +136,20 @@ class Interpreter(Core):
     def _task_finished(self, node: StateNode, actor: ActorRef, task: asyncio.Task[Any]) -> None:
         if actor.stopped or task.cancelled():
             return
-        self._forget_actor(node, actor)
+        services.forget_actor(self, node, actor)
         actor.stopped = True
         inv = actor.definition
         error = task.exception()
         if error is not None:
-            if self._plugins:
-                dispatch(self, self._plugins, "on_service_error", (inv, error))
-            event = EngineEvent(inv.error_type, error, inv.id)
+            services.service_failed(self, inv, error)
         else:
-            result = task.result()
-            if self._plugins:
-                dispatch(self, self._plugins, "on_service_done", (inv, result))
-            event = EngineEvent(inv.done_type, result, inv.id)
+            services.service_done(self, inv, task.result())
         if self._processing:
-            self._internal.append(event)
-        elif self._status == RUNNING:
-            self._run(event)
+            return
+        if self._status == RUNNING:
+            self._run(Event("xstate.service"), self._settle_queued)
+        else:
+            self._internal.clear()
 
     def _halt(self) -> None:
         self._cancel_wake()

@@ -10,13 +10,12 @@ a :class:`SnapshotError` subclass and never a raw ``json`` or ``KeyError``.
 
 from __future__ import annotations
 
-import heapq
 import json
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any
 
-from xsm_celery.engine.effects import Timer
 from xsm_celery.engine.step import leaves_of
+from xsm_celery.engine.timers import Timer, push_timer
 from xsm_celery.errors import (
     SnapshotCorruptError,
     SnapshotError,
@@ -33,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MAX_SNAPSHOT_BYTES",
     "SNAPSHOT_FORMAT",
-    "Snapshots",
+    "dump",
     "restore",
     "snapshot_dict",
 ]
@@ -45,8 +44,6 @@ SNAPSHOT_FORMAT = 1
 DEFAULT_MAX_SNAPSHOT_BYTES = 1024 * 1024
 
 _STATUSES = ("not_started", "running", "done", "stopped")
-
-CoreT = TypeVar("CoreT", bound="Core")
 
 
 def snapshot_dict(core: Core) -> dict[str, Any]:
@@ -193,24 +190,21 @@ def rearm(core: Core, deadlines: Any) -> None:
         # Epoch seconds near 1.7e9 carry ~0.2 us of float error; round it away so a timer
         # saved with 900 ms left fires after exactly 900 ms, not 900.0002.
         remaining = max(0.0, round((due_wall - wall) * 1000.0, 3))
-        timer = Timer(now + remaining, node, after, delay)
-        heapq.heappush(core._timer_heap, (timer.due, next(core._timer_seq), timer))
-        core._timers_by_state.setdefault(node, []).append(timer)
+        push_timer(core, Timer(now + remaining, node, after, delay))
 
 
 def restore(
-    cls: type[CoreT],
+    core: Core,
     snapshot: str | bytes | Mapping[str, Any],
     machine: Machine,
     clock: Clock | None,
     *,
     verify_machine_hash: bool = True,
     expected_machine_hash: str | None = None,
-    restart_services: bool = False,
     plugins: Iterable[Any] = (),
     max_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES,
-) -> CoreT:
-    """Build an interpreter of ``cls`` from a snapshot; see ``SyncInterpreter.from_snapshot``."""
+) -> None:
+    """Set up a blank interpreter from a snapshot; see ``SyncInterpreter.from_snapshot``."""
     data = parse(snapshot, max_bytes)
     check_machine(data, machine, verify_machine_hash, expected_machine_hash)
     status = _field(data, "status", str)
@@ -218,12 +212,11 @@ def restore(
         raise SnapshotCorruptError(f"snapshot status {status!r} is not one of {_STATUSES}")
     context = _field(data, "context", dict)
     state_ids = _field(data, "state_ids", list)
-    core = cls.__new__(cls)
     core._setup(machine, clock, context)
     for plugin in plugins:
         core.use(plugin)
     if status == "not_started":
-        return core
+        return
     core._config = configuration(machine, state_ids)
     core._leaves = leaves_of(core._config)
     core._status = status
@@ -232,73 +225,3 @@ def restore(
         rearm(core, data.get("deadlines", []))
         core.clock.attach(core)
         core._timers_armed()
-        if restart_services:
-            core._pending_invokes = [n for n in machine.nodes if n.invoke and n in core._config]
-            core._run_pending_invokes()
-    return core
-
-
-SnapT = TypeVar("SnapT", bound="Snapshots")
-
-
-class Snapshots:
-    """``get_snapshot()`` / ``from_snapshot()`` of an interpreter (a mixin of ``Core``)."""
-
-    def get_snapshot(self) -> str:
-        """The machine at rest as a JSON string (see :mod:`xsm_celery.engine.snapshot`).
-
-        Raises:
-            SnapshotError: the context holds a value JSON cannot encode.
-        """
-        return dump(cast("Core", self))
-
-    def snapshot(self) -> dict[str, Any]:
-        """The snapshot as a dict; the context inside is the live one, not a copy."""
-        return snapshot_dict(cast("Core", self))
-
-    @classmethod
-    def from_snapshot(
-        cls: type[SnapT],
-        snapshot: str | bytes | Mapping[str, Any],
-        machine: Machine,
-        clock: Clock | None = None,
-        *,
-        verify_machine_hash: bool = True,
-        expected_machine_hash: str | None = None,
-        restart_services: bool = False,
-        plugins: Iterable[Any] = (),
-        max_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES,
-    ) -> SnapT:
-        """Rebuild a running interpreter from :meth:`get_snapshot`, in this or another process.
-
-        Entry actions do not run again; pending ``after`` timers are re-armed at their
-        original wall-clock due time (firing on the next tick if overdue). Callback actors
-        and async services are not restored unless ``restart_services`` is set.
-
-        Args:
-            snapshot: The JSON string (or its parsed dict).
-            machine: The same chart; a changed structure is refused.
-            clock: Clock of the restored interpreter (defaults to a ``WallClock``).
-            verify_machine_hash: False restores across a structure change.
-            expected_machine_hash: Also accept snapshots taken with this older hash.
-            restart_services: Start the invocations of the active states again.
-            plugins: Plugins to attach before anything runs (global ones are attached too).
-            max_bytes: Size cap, checked before parsing.
-
-        Raises:
-            SnapshotTooLargeError: over ``max_bytes``.
-            SnapshotCorruptError: not JSON, a missing or ill-typed field, unknown states.
-            SnapshotMismatchError: another machine, or a changed structure.
-        """
-        restored = restore(
-            cast("type[Core]", cls),
-            snapshot,
-            machine,
-            clock,
-            verify_machine_hash=verify_machine_hash,
-            expected_machine_hash=expected_machine_hash,
-            restart_services=restart_services,
-            plugins=plugins,
-            max_bytes=max_bytes,
-        )
-        return cast(SnapT, restored)

@@ -1,7 +1,16 @@
-"""Read-only views of a running machine: value, ids, tags, matches, status, context."""
+"""An interpreter's fields, declared once, and the read-only views callers use.
+
+:class:`StateView` is the one place the interpreter's state is declared. The step loop in
+:mod:`xsm_celery.engine.runtime` sets these fields; the phase functions (selection, actions,
+timers, services, delivery, snapshots) read and update them through the interpreter they are
+given, so no module re-declares another's fields.
+"""
 
 from __future__ import annotations
 
+import itertools
+import threading
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from xsm_celery.errors import StateNotFoundError
@@ -9,7 +18,10 @@ from xsm_celery.errors import StateNotFoundError
 if TYPE_CHECKING:
     from xsm_celery.engine.chart import StateNode
     from xsm_celery.engine.clock import Clock
+    from xsm_celery.engine.events import EngineEvent, Event
+    from xsm_celery.engine.invoke import ActorRef
     from xsm_celery.engine.machine import Machine
+    from xsm_celery.engine.timers import Timer
 
 __all__ = ["DONE", "NOT_STARTED", "RUNNING", "STOPPED", "StateView", "state_value"]
 
@@ -30,14 +42,38 @@ def state_value(node: StateNode, config: frozenset[StateNode]) -> Any:
 
 
 class StateView:
-    """What callers read from an interpreter; the core keeps these fields current."""
+    """The interpreter's fields and what callers read from them; the core keeps them current."""
 
     machine: Machine
     clock: Clock
     _context: dict[str, Any]
+    #: Every active state node, ancestors included, and the active leaves in document order.
     _config: frozenset[StateNode]
     _leaves: tuple[StateNode, ...]
     _status: str
+    _plugins: list[Any]
+    #: Events sent from inside a step (by an action), run once the step has settled.
+    _queue: deque[Event]
+    #: Engine events raised by a step (``done.state``, a service's result), run next.
+    _internal: deque[EngineEvent]
+    #: States entered in this step whose invocations start once it has settled.
+    _pending_invokes: list[StateNode]
+    #: True while a step runs: a ``send()`` then queues instead of re-entering.
+    _processing: bool
+    _timer_heap: list[tuple[float, int, Timer]]
+    _timers_by_state: dict[StateNode, list[Timer]]
+    _timer_seq: itertools.count[int]
+    _actors: dict[StateNode, list[ActorRef]]
+    children: dict[str, ActorRef]
+    #: Events posted from other threads, delivered on the owner's next step.
+    _mailbox: deque[Event]
+    _mailbox_lock: threading.Lock
+    _cache: dict[Any, Any]
+    #: Microsteps taken for the event being processed (the runaway check).
+    _steps: int
+    last_error: BaseException | None
+    output: Any
+    store_key: str | None
 
     @property
     def id(self) -> str:
