@@ -10,25 +10,43 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Literal, overload
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from xsm_celery.engine import delivery, services
+from xsm_celery.engine.effects import action_failed
 from xsm_celery.engine.events import Event, Receipt, to_event
 from xsm_celery.engine.invoke import ActorRef
 from xsm_celery.engine.runtime import RUNNING, Core
 
 if TYPE_CHECKING:
-    from xsm_celery.engine.chart import InvokeDef, StateNode
+    from xsm_celery.engine.chart import ActionDef, InvokeDef, StateNode
     from xsm_celery.engine.clock import Clock
     from xsm_celery.engine.machine import Machine
 
-__all__ = ["Interpreter"]
+__all__ = ["Interpreter", "Sent"]
 
 logger = logging.getLogger("xsm_celery.engine")
 
 
+T = TypeVar("T")
+
+
 async def _await(awaitable: Any) -> Any:
     return await awaitable
+
+
+class Sent(Generic[T]):
+    """What ``Interpreter.send()`` returns: the event has run; awaiting yields to the loop once."""
+
+    __slots__ = ("receipt",)
+
+    def __init__(self, receipt: T) -> None:
+        self.receipt = receipt
+
+    def __await__(self) -> Generator[Any, None, T]:
+        yield from asyncio.sleep(0).__await__()
+        return self.receipt
 
 
 class Interpreter(Core):
@@ -45,6 +63,7 @@ class Interpreter(Core):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake_handle: asyncio.TimerHandle | None = None
         self._wake_due: float | None = None
+        self._action_tasks: set[asyncio.Task[Any]] = set()
         super()._setup(machine, clock, context)
 
     def _bind_loop(self) -> asyncio.AbstractEventLoop | None:
@@ -63,23 +82,24 @@ class Interpreter(Core):
         return self
 
     @overload
-    async def send(
+    def send(
         self, event_or_type: Any, /, *, wait: Literal[False] = ..., **payload: Any
-    ) -> None: ...
+    ) -> Sent[None]: ...
 
     @overload
-    async def send(
+    def send(
         self, event_or_type: Any, /, *, wait: Literal[True], **payload: Any
-    ) -> Receipt: ...
+    ) -> Sent[Receipt]: ...
 
-    async def send(
-        self, event_or_type: Any, /, *, wait: bool = False, **payload: Any
-    ) -> Receipt | None:
-        """Process an event to completion (see ``SyncInterpreter.send``), then yield once."""
+    def send(self, event_or_type: Any, /, *, wait: bool = False, **payload: Any) -> Sent[Any]:
+        """Process an event to completion (see ``SyncInterpreter.send``); await to yield once.
+
+        The event is processed when ``send()`` is called, so an action (a plain function)
+        may call ``interp.send(...)`` without awaiting it, exactly as on ``SyncInterpreter``;
+        ``await interp.send(...)`` then gives the loop one turn and returns the receipt.
+        """
         self._bind_loop()
-        receipt = self._send(to_event(event_or_type, payload), wait)
-        await asyncio.sleep(0)
-        return receipt
+        return Sent(self._send(to_event(event_or_type, payload), wait))
 
     async def stop(self) -> None:
         """Stop: cancel timers and tasks, run actor cleanups. Idempotent."""
@@ -133,6 +153,23 @@ class Interpreter(Core):
         actor.task = task
         task.add_done_callback(lambda t: self._task_finished(node, actor, t))
 
+    def _start_async_action(self, action: ActionDef, awaitable: Any, event: Event) -> None:
+        loop = self._bind_loop()
+        if loop is None:
+            super()._start_async_action(action, awaitable, event)
+            return
+        task = loop.create_task(_await(awaitable))
+        self._action_tasks.add(task)
+        task.add_done_callback(lambda t: self._action_finished(action, event, t))
+
+    def _action_finished(self, action: ActionDef, event: Event, task: asyncio.Task[Any]) -> None:
+        self._action_tasks.discard(task)
+        if task.cancelled():
+            return
+        error = task.exception()
+        if isinstance(error, Exception):
+            self.last_error = action_failed(self, action, error, event)
+
     def _task_finished(self, node: StateNode, actor: ActorRef, task: asyncio.Task[Any]) -> None:
         if actor.stopped or task.cancelled():
             return
@@ -153,4 +190,7 @@ class Interpreter(Core):
 
     def _halt(self) -> None:
         self._cancel_wake()
+        for task in list(self._action_tasks):
+            task.cancel()
+        self._action_tasks.clear()
         super()._halt()

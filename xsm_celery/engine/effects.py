@@ -4,10 +4,15 @@ An action that raises is contained: the error is logged, reported to the plugins
 ``on_action_error`` and returned, so the step records it (``last_error``, the receipt's
 ``error``) and carries on with the transition. That is how a dead-letter plugin builds its
 error chain from failures the machine survived.
+
+An ``async def`` action returns an awaitable: the async interpreter runs it as a task (the
+step does not wait for it, so run-to-completion holds) and reports its failure the same way;
+the sync interpreter refuses it as a failed action.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 from typing import TYPE_CHECKING
 
@@ -33,7 +38,9 @@ def run_actions(core: Core, actions: tuple[ActionDef, ...], event: Event) -> Exc
         for action in actions:
             if plugins:
                 dispatch(core, plugins, "on_action_execute", (action,))
-            action.fn(core, ctx, event, action)  # type: ignore[misc]
+            outcome = action.fn(core, ctx, event, action)  # type: ignore[misc]
+            if outcome is not None and inspect.isawaitable(outcome):
+                core._start_async_action(action, outcome, event)
     except Exception as exc:
         return action_failed(core, action, exc, event)
     return None

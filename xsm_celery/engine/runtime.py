@@ -45,7 +45,7 @@ from xsm_celery.engine.step import Plan, initial_plan, plan
 from xsm_celery.errors import InterpreterStoppedError, NotSupportedError, RunawayChainError
 
 if TYPE_CHECKING:
-    from xsm_celery.engine.chart import InvokeDef
+    from xsm_celery.engine.chart import ActionDef, InvokeDef
     from xsm_celery.engine.machine import Machine
     from xsm_celery.engine.timers import Timer
 
@@ -512,6 +512,15 @@ class Core(StateView):
 
     def _wake(self) -> None:
         """Driver hook: the async interpreter schedules a mailbox drain on its loop."""
+
+    def _start_async_action(self, action: ActionDef, awaitable: Any, event: Event) -> None:
+        """Driver hook: an action returned an awaitable; only the async interpreter runs it."""
+        if inspect.iscoroutine(awaitable):
+            awaitable.close()
+        raise NotSupportedError(
+            f"action {action.type!r} is async; SyncInterpreter runs sync actions only, use "
+            "the async Interpreter"
+        )
 
     def _start_awaitable(self, inv: InvokeDef, node: StateNode, result: Any) -> None:
         """Driver hook: a service returned an awaitable; only the async interpreter runs it."""
