@@ -11,7 +11,6 @@ from xsm_celery import (
     ImplementationMissingError,
     InvalidConfigError,
     MachineLogic,
-    NotSupportedError,
     StateNotFoundError,
     SyncInterpreter,
     create_machine,
@@ -85,11 +84,22 @@ def test_unknown_custom_id_target_is_refused() -> None:
         create_machine(chart(a={"on": {"GO": "#ghost"}}))
 
 
-def test_history_states_are_not_supported() -> None:
-    """A history state is refused up front with NotSupportedError, not misbehaving later."""
-    config = chart(a={"initial": "b", "states": {"b": {}, "h": {"type": "history"}}})
-    with pytest.raises(NotSupportedError, match="history"):
-        create_machine(config)
+@pytest.mark.parametrize(
+    ("a", "where"),
+    [
+        ({"states": {"b": {}, "h": {"type": "history", "states": {"x": {}}}}}, "states.a.states.h.states"),
+        ({"states": {"b": {}, "h": {"type": "history", "on": {"E": "b"}}}}, "states.a.states.h.on"),
+        ({"states": {"b": {}, "h": {"type": "history", "history": "wide"}}}, "states.a.states.h.history"),
+        ({"initial": "h", "states": {"b": {}, "h": {"type": "history"}}}, "states.a.initial"),
+        ({"states": {"h": {"type": "history"}}}, "states.a.states"),
+        ({"states": {"b": {}, "h": {"type": "history", "target": "#m"}}}, "states.a.states.h.target"),
+    ],
+)
+def test_malformed_history_states_are_refused_with_their_path(a: dict[str, Any], where: str) -> None:
+    """A history state with children, transitions, a bad kind, as initial, alone, or defaulting outside is refused."""
+    with pytest.raises(InvalidConfigError) as caught:
+        create_machine(chart(a=a, z={}))
+    assert caught.value.path == where
 
 
 def test_unknown_keys_are_ignored_unless_strict() -> None:

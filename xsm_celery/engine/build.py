@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from xsm_celery.engine.chart import (
+    HISTORY_KINDS,
     STATE_TYPES,
     ActionDef,
     AfterDef,
@@ -21,7 +22,7 @@ from xsm_celery.engine.chart import (
     Transition,
 )
 from xsm_celery.engine.events import after_event_type, done_state_type
-from xsm_celery.errors import InvalidConfigError, NotSupportedError
+from xsm_celery.errors import InvalidConfigError
 
 __all__ = ["TreeBuilder"]
 
@@ -32,6 +33,7 @@ STATE_KEYS = frozenset(
         "invoke", "tags", "meta", "description", "output", "onDone",
     }
 )  # fmt: skip
+HISTORY_KEYS = frozenset({"id", "type", "history", "target", "meta", "description"})
 TRANSITION_KEYS = frozenset(
     {"target", "actions", "guard", "cond", "reenter", "internal", "description", "meta"}
 )
@@ -97,6 +99,8 @@ class TreeBuilder:
             raise InvalidConfigError(
                 f"a state must be a dict, got {type(raw).__name__}", path=path or "states"
             )
+        if raw.get("type") == "history":
+            return self._history_node(key, state_id, parent, path, raw)
         self._check_keys(raw, STATE_KEYS | (ROOT_KEYS if parent is None else frozenset()), path)
         node = StateNode(key, state_id, parent, path)
         node.config = raw
@@ -110,6 +114,54 @@ class TreeBuilder:
         node.type = self._state_type(node, raw, bool(children))
         self._initial(node, raw)
         self._details(node, raw)
+        return node
+
+    def _history_node(
+        self, key: str, state_id: str, parent: StateNode | None, path: str, raw: Mapping[str, Any]
+    ) -> StateNode:
+        """A history state: remembers its parent's active children (or leaves, ``deep``)."""
+        if parent is None:
+            raise InvalidConfigError("the root cannot be a history state", path="type")
+        self._check_keys(raw, HISTORY_KEYS, path)
+        for forbidden in ("states", "on", "always", "after", "entry", "exit", "invoke"):
+            if forbidden in raw:
+                raise InvalidConfigError(
+                    f"a history state is a pointer into its parent and takes no '{forbidden}'; "
+                    "give it only 'history' and an optional default 'target'",
+                    path=_join(path, forbidden),
+                )
+        node = StateNode(key, state_id, parent, path)
+        node.config = raw
+        node.type = "history"
+        node.order = len(self.nodes)
+        self.nodes.append(node)
+        node.ancestors = (parent, *parent.ancestors)
+        node.ancestor_set = frozenset(node.ancestors)
+        self._custom_id(node, raw)
+        kind = raw.get("history", "shallow")
+        if kind not in HISTORY_KINDS:
+            raise InvalidConfigError(
+                f"'history' must be 'shallow' or 'deep', got {kind!r}",
+                path=_join(path, "history"),
+            )
+        node.history = kind
+        target = raw.get("target")
+        if target is not None:
+            if isinstance(target, Mapping):
+                target = target.get("target")
+            if isinstance(target, str) and target:
+                node.history_target_ids = (target,)
+            elif isinstance(target, list) and target and all(isinstance(t, str) for t in target):
+                node.history_target_ids = tuple(target)
+            else:
+                raise InvalidConfigError(
+                    f"a history state's 'target' must be a state reference, got {target!r}",
+                    path=_join(path, "target"),
+                )
+        description = raw.get("description")
+        node.description = description if isinstance(description, str) else None
+        meta = raw.get("meta", {})
+        node.meta = meta if isinstance(meta, Mapping) else {}
         return node
 
     def _custom_id(self, node: StateNode, raw: Mapping[str, Any]) -> None:
@@ -150,18 +202,19 @@ class TreeBuilder:
                 )
             child = self._node(key, f"{node.id}.{key}", node, _join(spath, key), child_raw)
             children.append(child)
-        node.children = tuple(children)
+        node.children = tuple(c for c in children if c.type != "history")
+        node.history_children = tuple(c for c in children if c.type == "history")
         node.states = {c.key: c for c in children}
+        if node.history_children and not node.children:
+            raise InvalidConfigError(
+                "a state whose only children are history states has nothing to remember",
+                path=spath,
+            )
         return node.children
 
     def _state_type(self, node: StateNode, raw: Mapping[str, Any], has_children: bool) -> str:
         declared = raw.get("type")
         tpath = _join(node.path, "type")
-        if declared == "history":
-            raise NotSupportedError(
-                f"{tpath}: history states are not supported by this engine; "
-                "model the remembered state in context and branch with a guarded 'always'"
-            )
         if declared is None:
             return "compound" if has_children else "atomic"
         if declared not in STATE_TYPES:
@@ -197,6 +250,12 @@ class TreeBuilder:
         if not isinstance(initial, str) or initial not in node.states:
             raise InvalidConfigError(
                 f"'initial' must name a child state ({', '.join(node.states)}), got {initial!r}",
+                path=ipath,
+            )
+        if node.states[initial].type == "history":
+            raise InvalidConfigError(
+                f"'initial' names the history state {initial!r}; name a real child, and "
+                "target the history state from a transition instead",
                 path=ipath,
             )
         node.initial = node.states[initial]

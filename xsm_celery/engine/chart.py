@@ -20,8 +20,11 @@ __all__ = [
     "Transition",
 ]
 
-#: The state types a chart may declare (``history`` is refused, see docs/engine.md).
-STATE_TYPES = ("atomic", "compound", "parallel", "final")
+#: The state types a chart may declare.
+STATE_TYPES = ("atomic", "compound", "parallel", "final", "history")
+
+#: What a history state remembers: the active children, or every active leaf below.
+HISTORY_KINDS = ("shallow", "deep")
 
 
 class ActionDef:
@@ -85,6 +88,7 @@ class Transition:
         "entry",
         "event",
         "guard",
+        "history",
         "meta",
         "path",
         "reenter",
@@ -102,6 +106,8 @@ class Transition:
         self.guard: GuardDef | None = None
         self.actions: tuple[ActionDef, ...] = ()
         self.reenter = False
+        #: Whether a target is a history state, so the entry set is found per step.
+        self.history = False
         self.domain: StateNode | None = None
         self.entry: tuple[StateNode, ...] = ()
         self.meta: Mapping[str, Any] = {}
@@ -189,6 +195,10 @@ class StateNode:
         "eventless",
         "exit",
         "handlers",
+        "history",
+        "history_children",
+        "history_default",
+        "history_target_ids",
         "id",
         "initial",
         "invoke",
@@ -231,6 +241,14 @@ class StateNode:
         self.output: Any = None
         self.handlers: dict[str, tuple[Transition, ...]] = {}
         self.eventless: tuple[Transition, ...] = ()
+        #: ``shallow`` or ``deep`` for a history state, else None.
+        self.history: str | None = None
+        #: The history states among this state's children (not in ``children``: a history
+        #: state is a pointer, never active).
+        self.history_children: tuple[StateNode, ...] = ()
+        self.history_target_ids: tuple[str, ...] = ()
+        #: A history state's default targets, entered when nothing is remembered yet.
+        self.history_default: tuple[StateNode, ...] = ()
 
     @property
     def is_leaf(self) -> bool:

@@ -17,7 +17,11 @@ from xsm_celery.engine.build import TreeBuilder
 from xsm_celery.engine.chart import ActionDef, AfterDef, InvokeDef, StateNode, Transition
 from xsm_celery.engine.hashing import structure_hash
 from xsm_celery.engine.logic import MachineLogic, accepts_params
-from xsm_celery.engine.targets import build_handler_tables, resolve_transitions
+from xsm_celery.engine.targets import (
+    build_handler_tables,
+    resolve_history_defaults,
+    resolve_transitions,
+)
 from xsm_celery.errors import ImplementationMissingError, InvalidConfigError, StateNotFoundError
 
 __all__ = ["DEFAULT_CHAIN_LIMIT", "Machine", "create_machine", "load_chart"]
@@ -57,6 +61,7 @@ class Machine:
         builder = TreeBuilder(frozen_config, strict=strict_config)
         root = builder.build()
         resolve_transitions(builder.transitions, root, builder.by_custom_id)
+        resolve_history_defaults(builder.nodes, root, builder.by_custom_id)
         build_handler_tables(builder.nodes)
         self.config: dict[str, Any] = frozen_config
         self.root = root
@@ -178,7 +183,6 @@ def create_machine(
         InvalidConfigError: the chart is not a valid statechart (``path`` names the node).
         StateNotFoundError: a transition target names no state.
         ImplementationMissingError: ``logic`` lacks a name the chart uses.
-        NotSupportedError: the chart uses a feature this engine does not run (history).
     """
     if isinstance(config, (str, Path)):
         config = load_chart(config)

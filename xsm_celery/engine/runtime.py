@@ -41,7 +41,7 @@ from xsm_celery.engine.plugins import dispatch, global_plugins
 from xsm_celery.engine.selection import select_eventless, select_transitions
 from xsm_celery.engine.snapshot import DEFAULT_MAX_SNAPSHOT_BYTES, dump, restore, snapshot_dict
 from xsm_celery.engine.state import DONE, NOT_STARTED, RUNNING, STOPPED, StateView
-from xsm_celery.engine.step import Plan, initial_plan, plan
+from xsm_celery.engine.step import Plan, initial_plan, plan, record_history
 from xsm_celery.errors import InterpreterStoppedError, NotSupportedError, RunawayChainError
 
 if TYPE_CHECKING:
@@ -98,6 +98,7 @@ class Core(StateView):
         self._mailbox = deque()
         self._mailbox_lock = threading.Lock()
         self._cache = machine.step_cache
+        self._history = {}
         self._steps = 0
         self.last_error = None
         self.output = None
@@ -276,7 +277,7 @@ class Core(StateView):
         result.taken += 1
         step = self._cache.get((self._config, transitions))
         if step is None:
-            step = plan(self._config, transitions, self._cache)
+            step = plan(self._config, transitions, self._cache, self._history)
         self._apply(step, transitions, event, transitions, result)
 
     def _apply(
@@ -290,6 +291,8 @@ class Core(StateView):
         """Carry out a plan: exit, transition actions, enter; then report the transitions."""
         before = self._config
         for node in step.exits:
+            if node.history_children:
+                record_history(node, before, self._history)
             if node.exit:
                 self._record(run_actions(self, node.exit, event), result)
             if self._timers_by_state and node in self._timers_by_state:

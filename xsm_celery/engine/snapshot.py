@@ -73,6 +73,9 @@ def snapshot_dict(core: Core) -> dict[str, Any]:
         "context": core.context,
         "deadlines": deadlines,
         "output": core.output,
+        "history": {
+            hist.id: [s.id for s in kept] for hist, kept in core._history.items()
+        },
     }
 
 
@@ -156,7 +159,7 @@ def configuration(machine: Machine, state_ids: Iterable[Any]) -> frozenset[State
     config: set[StateNode] = set()
     for state_id in state_ids:
         node = machine.find_state(state_id) if isinstance(state_id, str) else None
-        if node is None or node.children:
+        if node is None or node.children or node.type == "history":
             raise SnapshotCorruptError(f"snapshot names {state_id!r}, not a leaf of {machine.id}")
         config.add(node)
         config.update(node.ancestors)
@@ -169,6 +172,30 @@ def configuration(machine: Machine, state_ids: Iterable[Any]) -> frozenset[State
         if node.type == "parallel" and len(active) != len(node.children):
             raise SnapshotCorruptError(f"snapshot lacks a region of parallel state {node.id!r}")
     return frozenset(config)
+
+
+def remembered_history(machine: Machine, raw: Any) -> dict[StateNode, tuple[StateNode, ...]]:
+    """What the snapshot's history states remember, checked against the chart."""
+    if not isinstance(raw, Mapping):
+        raise SnapshotCorruptError("snapshot field 'history' must be an object")
+    remembered: dict[StateNode, tuple[StateNode, ...]] = {}
+    for hist_id, state_ids in raw.items():
+        hist = machine.find_state(hist_id) if isinstance(hist_id, str) else None
+        if hist is None or hist.type != "history" or hist.parent is None:
+            raise SnapshotCorruptError(f"snapshot history names {hist_id!r}, not a history state")
+        if not isinstance(state_ids, list):
+            raise SnapshotCorruptError(f"snapshot history of {hist_id!r} must be a list of ids")
+        kept = []
+        for state_id in state_ids:
+            node = machine.find_state(state_id) if isinstance(state_id, str) else None
+            if node is None or hist.parent not in node.ancestor_set:
+                raise SnapshotCorruptError(
+                    f"snapshot history of {hist_id!r} names {state_id!r}, not a state inside "
+                    f"{hist.parent.id!r}"
+                )
+            kept.append(node)
+        remembered[hist] = tuple(kept)
+    return remembered
 
 
 def rearm(core: Core, deadlines: Any) -> None:
@@ -221,6 +248,7 @@ def restore(
     core._leaves = leaves_of(core._config)
     core._status = status
     core.output = data.get("output")
+    core._history = remembered_history(machine, data.get("history", {}))
     if status == "running":
         rearm(core, data.get("deadlines", []))
         core.clock.attach(core)

@@ -69,6 +69,8 @@ class StateView:
     _mailbox: deque[Event]
     _mailbox_lock: threading.Lock
     _cache: dict[Any, Any]
+    #: What each history state remembers (recorded when its parent exits).
+    _history: dict[StateNode, tuple[StateNode, ...]]
     #: Microsteps taken for the event being processed (the runaway check).
     _steps: int
     last_error: BaseException | None

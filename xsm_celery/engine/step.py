@@ -9,11 +9,11 @@ configurations computes each step once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from xsm_celery.engine.chart import StateNode, Transition
-from xsm_celery.engine.targets import default_entry
+from xsm_celery.engine.targets import default_entry, history_entry
 
 __all__ = [
     "Plan",
@@ -21,6 +21,7 @@ __all__ = [
     "initial_plan",
     "leaves_of",
     "plan",
+    "record_history",
     "remove_conflicts",
 ]
 
@@ -55,18 +56,30 @@ def exit_set(config: frozenset[StateNode], trans: Transition) -> set[StateNode]:
 
 
 def plan(
-    config: frozenset[StateNode], transitions: Sequence[Transition], cache: dict[Any, Plan]
+    config: frozenset[StateNode],
+    transitions: Sequence[Transition],
+    cache: dict[Any, Plan],
+    remembered: Mapping[StateNode, tuple[StateNode, ...]] | None = None,
 ) -> Plan:
-    """The microstep for ``transitions`` taken together from ``config`` (cached)."""
+    """The microstep for ``transitions`` taken together from ``config``.
+
+    Cached by configuration and transitions, except a step into a history state: what it
+    enters depends on ``remembered`` (history state -> the states it recorded).
+    """
     key = (config, tuple(transitions))
     found = cache.get(key)
     if found is not None:
         return found
     exits: set[StateNode] = set()
     entries: set[StateNode] = set()
+    historic = False
     for trans in transitions:
         exits |= exit_set(config, trans)
-        entries.update(trans.entry)
+        if trans.history:
+            historic = True
+            entries.update(history_entry(trans, remembered or {}))
+        else:
+            entries.update(trans.entry)
     new_config = frozenset((config - exits) | entries)
     result = Plan(
         tuple(sorted(exits, key=_order, reverse=True)),
@@ -74,9 +87,27 @@ def plan(
         new_config,
         leaves_of(new_config),
     )
-    if len(cache) < CACHE_LIMIT:
+    if not historic and len(cache) < CACHE_LIMIT:
         cache[key] = result
     return result
+
+
+def record_history(
+    exiting: StateNode,
+    config: frozenset[StateNode],
+    remembered: dict[StateNode, tuple[StateNode, ...]],
+) -> None:
+    """Record, for each history child of a state about to exit, what it must restore.
+
+    Shallow history keeps the active children, deep history every active leaf below the
+    state (in document order). SCXML records on exit, before any exit action runs.
+    """
+    for hist in exiting.history_children:
+        if hist.history == "deep":
+            kept = tuple(s for s in leaves_of(config) if exiting in s.ancestor_set)
+        else:
+            kept = tuple(sorted((c for c in exiting.children if c in config), key=_order))
+        remembered[hist] = kept
 
 
 def initial_plan(root: StateNode) -> Plan:
