@@ -11,6 +11,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from xsm_celery.engine.builtins import canonical_builtin
 from xsm_celery.engine.chart import (
     HISTORY_KINDS,
     STATE_TYPES,
@@ -389,7 +390,10 @@ class TreeBuilder:
             if isinstance(item, str) and item:
                 result.append(ActionDef(item, None, None, ipath))
             elif isinstance(item, Mapping) and isinstance(item.get("type"), str) and item["type"]:
-                result.append(ActionDef(item["type"], item.get("params"), None, ipath))
+                params = item.get("params")
+                if params is None and canonical_builtin(item["type"]) is not None:
+                    params = {k: v for k, v in item.items() if k != "type"} or None
+                result.append(ActionDef(item["type"], params, None, ipath))
             else:
                 raise InvalidConfigError(
                     f"an action must be a name or a {{'type', 'params'}} dict, got {item!r}",

@@ -18,10 +18,12 @@ from xsm_celery.errors import InterpreterStoppedError, RunawayChainError
 
 if TYPE_CHECKING:
     from xsm_celery.engine.runtime import Core
+    from xsm_celery.engine.timers import Timer
 
 __all__ = [
     "admit",
     "deliver",
+    "deliver_delayed",
     "drain_mailbox",
     "drop",
     "fire_due",
@@ -120,8 +122,21 @@ def fire_due(core: Core, now: float, most: int | None = None) -> int:
                 "zero-delay 'after' cycle never lets time pass",
                 limit=limit,
             )
-        core._run(EngineEvent(timer.after.event_type, None, timer.node.id))
+        if timer.after is not None:
+            core._run(EngineEvent(timer.after.event_type, None, timer.node.id))
+        else:
+            deliver_delayed(core, timer)
     return fired
+
+
+def deliver_delayed(core: Core, timer: Timer) -> None:
+    """A delayed ``raise`` runs as the machine's own event; a delayed ``sendTo`` goes out."""
+    event = timer.event
+    assert event is not None
+    if timer.target is None:
+        core._run(event)
+    else:
+        core.send_to(timer.target, event)
 
 
 def post_threadsafe(core: Core, event_or_type: Any, payload: dict[str, Any]) -> None:

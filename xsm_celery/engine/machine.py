@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from xsm_celery.engine.build import TreeBuilder
+from xsm_celery.engine.builtins import builtin_action, canonical_builtin, check_params
 from xsm_celery.engine.chart import ActionDef, AfterDef, InvokeDef, StateNode, Transition
 from xsm_celery.engine.hashing import structure_hash
 from xsm_celery.engine.logic import MachineLogic, accepts_params
@@ -133,6 +134,11 @@ def _bind(machine: Machine, logic: MachineLogic, *, check: bool) -> None:
     """
     for action in _all_actions(machine):
         action.fn = logic.actions.get(action.type)
+        if action.fn is None:
+            canonical = canonical_builtin(action.type)
+            if canonical is not None:
+                check_params(canonical, action.params, action.path)
+                action.fn = builtin_action(canonical)
         if action.fn is None and check:
             raise ImplementationMissingError("action", action.type, path=action.path)
     for trans in machine.transitions:

@@ -36,6 +36,7 @@ from xsm_celery.engine.events import (
     Event,
     Receipt,
     done_state_type,
+    to_event,
 )
 from xsm_celery.engine.plugins import dispatch, global_plugins
 from xsm_celery.engine.selection import select_eventless, select_transitions
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
     from xsm_celery.engine.machine import Machine
     from xsm_celery.engine.timers import Timer
 
-__all__ = ["DONE", "NOT_STARTED", "RUNNING", "STOPPED", "Core", "StepResult"]
+__all__ = ["DONE", "NOT_STARTED", "RUNNING", "STOPPED", "Core", "StepResult", "Subscription"]
 
 _INIT = "xstate.init"
 
@@ -70,6 +71,30 @@ class StepResult:
         self.taken = 0
         self.denied = False
         self.error: BaseException | None = None
+
+
+class Subscription:
+    """An ``on()`` listener; ``unsubscribe()`` (or calling it) removes it, once."""
+
+    __slots__ = ("_event_type", "_listener", "_listeners")
+
+    def __init__(
+        self,
+        listeners: dict[str, list[Callable[[Event], Any]]],
+        event_type: str,
+        listener: Callable[[Event], Any],
+    ) -> None:
+        self._listeners = listeners
+        self._event_type = event_type
+        self._listener = listener
+
+    def unsubscribe(self) -> None:
+        """Stop listening; a no-op the second time."""
+        listeners = self._listeners.get(self._event_type, [])
+        if self._listener in listeners:
+            listeners.remove(self._listener)
+
+    __call__ = unsubscribe
 
 
 class Core(StateView):
@@ -93,6 +118,9 @@ class Core(StateView):
         self._timer_heap = []
         self._timers_by_state = {}
         self._timer_seq = itertools.count()
+        self._delayed = []
+        self._listeners = {}
+        self.parent = None
         self._actors = {}
         self.children = {}
         self._mailbox = deque()
@@ -421,12 +449,43 @@ class Core(StateView):
         """
         delivery.post_threadsafe(self, event_or_type, payload)
 
+    def on(self, event_type: str, listener: Callable[[Event], Any]) -> Subscription:
+        """Listen to events the machine ``emit``s: one type, or ``"*"`` for all of them.
+
+        A listener that raises is logged and contained. Returns a subscription whose
+        ``unsubscribe()`` (or call) removes the listener.
+        """
+        if not callable(listener):
+            raise TypeError(f"on() needs a callable listener, got {type(listener).__name__}")
+        self._listeners.setdefault(event_type, []).append(listener)
+        return Subscription(self._listeners, event_type, listener)
+
+    def _emit(self, event: Event) -> None:
+        """Deliver an emitted event to its listeners (the type's, then ``*``)."""
+        for key in (event.type, "*"):
+            for listener in list(self._listeners.get(key, ())):
+                try:
+                    listener(event)
+                except Exception:
+                    delivery.logger.exception(
+                        "machine %r: emit listener raised on %r; contained", self.id, event.type
+                    )
+
+    def _spawn(self, src: str, actor_id: str | None, input: Any, path: str) -> None:
+        services.spawn(self, src, actor_id, input, path)
+
+    def _stop_child(self, actor_id: str) -> None:
+        services.stop_child(self, actor_id)
+
     def send_to(self, actor_id: str, event_or_type: Any, /, **payload: Any) -> None:
-        """Send an event to a running callback actor's ``receive`` handlers.
+        """Send an event to a running child actor (``"#_parent"``: to the parent machine).
 
         An unknown or stopped actor id is logged and ignored, as XState ignores sends to a
         child that is gone.
         """
+        if actor_id == "#_parent" and self.parent is not None:
+            self.parent._send(to_event(event_or_type, payload), False)
+            return
         actor = self.children.get(actor_id)
         if actor is None:
             delivery.logger.warning("machine %r: no running actor %r", self.id, actor_id)

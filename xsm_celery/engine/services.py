@@ -12,19 +12,23 @@ import inspect
 import logging
 from typing import TYPE_CHECKING, Any
 
+from xsm_celery.engine.chart import InvokeDef
 from xsm_celery.engine.events import EngineEvent, Event
 from xsm_celery.engine.invoke import ActorRef, CallbackLogic
 from xsm_celery.engine.plugins import dispatch
 from xsm_celery.errors import ImplementationMissingError
 
 if TYPE_CHECKING:
-    from xsm_celery.engine.chart import InvokeDef, StateNode
+    from xsm_celery.engine.chart import StateNode
     from xsm_celery.engine.runtime import Core
 
 __all__ = [
     "forget_actor",
     "service_done",
     "service_failed",
+    "spawn",
+    "start_invocation",
+    "stop_child",
     "start_pending_invokes",
     "stop_actors",
     "stop_all_actors",
@@ -43,10 +47,50 @@ def start_pending_invokes(core: Core) -> None:
             continue
         seen.add(node)
         for inv in node.invoke:
-            _start_invocation(core, inv, node)
+            start_invocation(core, inv, node)
 
 
-def _start_invocation(core: Core, inv: InvokeDef, node: StateNode) -> None:
+def spawn(core: Core, src: str, actor_id: str | None, input: Any, path: str) -> ActorRef | None:
+    """``spawnChild``: start the service ``src`` as an actor owned by the machine, not a state.
+
+    It lives until ``stopChild``, ``stop()`` or the machine finishing; its results arrive as
+    ``done.invoke.<id>`` / ``error.platform.<id>`` like an invocation's.
+
+    Raises:
+        ImplementationMissingError: the logic has no service ``src``.
+        ValueError: an actor with that id is already running.
+    """
+    impl = core.machine.logic.services.get(src)
+    if impl is None:
+        raise ImplementationMissingError("service", src, path=path)
+    root = core.machine.root
+    if actor_id is None:
+        actor_id = f"{src}:{next(core._timer_seq)}"
+    if actor_id in core.children:
+        raise ValueError(f"spawnChild: an actor with id {actor_id!r} is already running")
+    inv = InvokeDef(root, src, str(actor_id), path)
+    inv.impl = impl
+    inv.input = input
+    start_invocation(core, inv, root)
+    return core.children.get(inv.id)
+
+
+def stop_child(core: Core, actor_id: str) -> bool:
+    """``stopChild``: stop a running child actor by id; whether there was one."""
+    actor = core.children.get(actor_id)
+    if actor is None:
+        logger.warning("machine %r: stopChild(%r): no such running child", core.id, actor_id)
+        return False
+    for node, actors in list(core._actors.items()):
+        if actor in actors:
+            forget_actor(core, node, actor)
+    core.children.pop(actor_id, None)
+    actor.stop()
+    return True
+
+
+def start_invocation(core: Core, inv: InvokeDef, node: StateNode) -> None:
+    """Start one invocation (or spawned child) owned by ``node``."""
     impl = inv.impl
     event = Event(f"invoke.{inv.id}", {"input": {} if inv.input is None else inv.input})
     if core._plugins:

@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from xsm_celery.engine.events import Event
 from xsm_celery.engine.step import leaves_of
 from xsm_celery.engine.timers import Timer, push_timer
 from xsm_celery.errors import (
@@ -60,6 +61,18 @@ def snapshot_dict(core: Core) -> dict[str, Any]:
             "due_at_wall": wall + (t.due - now) / 1000.0,
         }
         for t in core.pending_timers()
+        if t.after is not None
+    ]
+    delayed = [
+        {
+            "event": t.event.to_dict(),
+            "to": t.target,
+            "id": t.send_id,
+            "delay_ms": t.delay_ms,
+            "due_at_wall": wall + (t.due - now) / 1000.0,
+        }
+        for t in sorted(core._delayed, key=lambda t: t.due)
+        if t.event is not None and not t.cancelled
     ]
     return {
         "format": SNAPSHOT_FORMAT,
@@ -72,6 +85,7 @@ def snapshot_dict(core: Core) -> dict[str, Any]:
         "state_ids": sorted(s.id for s in core.active_leaves),
         "context": core.context,
         "deadlines": deadlines,
+        "delayed": delayed,
         "output": core.output,
         "history": {
             hist.id: [s.id for s in kept] for hist, kept in core._history.items()
@@ -220,6 +234,39 @@ def rearm(core: Core, deadlines: Any) -> None:
         push_timer(core, Timer(now + remaining, node, after, delay))
 
 
+def rearm_delayed(core: Core, delayed: Any) -> None:
+    """Re-create pending delayed events (``raise``/``sendTo`` with a delay)."""
+    if not isinstance(delayed, list):
+        raise SnapshotCorruptError("snapshot field 'delayed' must be a list")
+    wall = core.clock.wall_now()
+    now = core.clock.now()
+    for item in delayed:
+        if not isinstance(item, Mapping):
+            raise SnapshotCorruptError(f"snapshot delayed event is not an object: {item!r:.80}")
+        raw = _field(item, "event", dict)
+        event_type = raw.get("type")
+        payload = raw.get("payload", {})
+        if not isinstance(event_type, str) or not event_type or not isinstance(payload, dict):
+            raise SnapshotCorruptError(f"snapshot delayed event is malformed: {item!r:.120}")
+        target = item.get("to")
+        send_id = item.get("id")
+        if not isinstance(target, (str, type(None))) or not isinstance(send_id, (str, type(None))):
+            raise SnapshotCorruptError(f"snapshot delayed event is malformed: {item!r:.120}")
+        due_wall = float(_field(item, "due_at_wall", (int, float)))
+        remaining = max(0.0, round((due_wall - wall) * 1000.0, 3))
+        delay = float(item.get("delay_ms", remaining))
+        timer = Timer(
+            now + remaining,
+            core.machine.root,
+            None,
+            delay,
+            event=Event(event_type, payload),
+            send_id=send_id,
+            target=target,
+        )
+        push_timer(core, timer)
+
+
 def restore(
     core: Core,
     snapshot: str | bytes | Mapping[str, Any],
@@ -251,5 +298,6 @@ def restore(
     core._history = remembered_history(machine, data.get("history", {}))
     if status == "running":
         rearm(core, data.get("deadlines", []))
+        rearm_delayed(core, data.get("delayed", []))
         core.clock.attach(core)
         core._timers_armed()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from xsm_celery.errors import StateNotFoundError
@@ -18,7 +19,7 @@ from xsm_celery.errors import StateNotFoundError
 if TYPE_CHECKING:
     from xsm_celery.engine.chart import StateNode
     from xsm_celery.engine.clock import Clock
-    from xsm_celery.engine.events import EngineEvent, Event
+    from xsm_celery.engine.events import Event
     from xsm_celery.engine.invoke import ActorRef
     from xsm_celery.engine.machine import Machine
     from xsm_celery.engine.timers import Timer
@@ -55,7 +56,7 @@ class StateView:
     #: Events sent from inside a step (by an action), run once the step has settled.
     _queue: deque[Event]
     #: Engine events raised by a step (``done.state``, a service's result), run next.
-    _internal: deque[EngineEvent]
+    _internal: deque[Event]
     #: States entered in this step whose invocations start once it has settled.
     _pending_invokes: list[StateNode]
     #: True while a step runs: a ``send()`` then queues instead of re-entering.
@@ -63,6 +64,12 @@ class StateView:
     _timer_heap: list[tuple[float, int, Timer]]
     _timers_by_state: dict[StateNode, list[Timer]]
     _timer_seq: itertools.count[int]
+    #: Delayed events (``raise`` / ``sendTo`` with a delay), in the heap too.
+    _delayed: list[Timer]
+    #: ``emit`` listeners by event type (``*``: every emitted event).
+    _listeners: dict[str, list[Callable[[Event], Any]]]
+    #: The interpreter that invoked or spawned this one as a child, if any.
+    parent: Any
     _actors: dict[StateNode, list[ActorRef]]
     children: dict[str, ActorRef]
     #: Events posted from other threads, delivered on the owner's next step.

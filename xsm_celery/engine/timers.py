@@ -24,6 +24,7 @@ __all__ = [
     "Timer",
     "arm_timers",
     "cancel_all_timers",
+    "cancel_delayed",
     "cancel_timers",
     "next_due",
     "pending_timers",
@@ -35,22 +36,54 @@ logger = logging.getLogger("xsm_celery.engine")
 
 
 class Timer:
-    """A pending ``after`` timer of one state entry; ``cancelled`` once the state exits."""
+    """A pending ``after`` timer of one state entry; ``cancelled`` once the state exits.
 
-    __slots__ = ("after", "cancelled", "delay_ms", "due", "node")
+    A delayed event (``raise`` or ``sendTo`` with a ``delay``) is a timer too: it has an
+    ``event`` instead of an ``after``, an optional ``send_id`` for ``cancel``, and a
+    ``target`` actor id (None: the machine itself). It belongs to the machine, not a state,
+    so only ``cancel``, ``stop()`` or the machine finishing drops it.
+    """
 
-    def __init__(self, due: float, node: StateNode, after: AfterDef, delay_ms: float) -> None:
+    __slots__ = ("after", "cancelled", "delay_ms", "due", "event", "node", "send_id", "target")
+
+    def __init__(
+        self,
+        due: float,
+        node: StateNode,
+        after: AfterDef | None,
+        delay_ms: float,
+        *,
+        event: Event | None = None,
+        send_id: str | None = None,
+        target: str | None = None,
+    ) -> None:
         self.due = due
         self.node = node
         self.after = after
         self.delay_ms = delay_ms
         self.cancelled = False
+        self.event = event
+        self.send_id = send_id
+        self.target = target
 
 
 def push_timer(core: Core, timer: Timer) -> None:
-    """Add an armed timer to the interpreter's heap and its state's list."""
+    """Add an armed timer to the interpreter's heap and its state's list (or the delayed)."""
     heapq.heappush(core._timer_heap, (timer.due, next(core._timer_seq), timer))
-    core._timers_by_state.setdefault(timer.node, []).append(timer)
+    if timer.event is not None:
+        core._delayed.append(timer)
+    else:
+        core._timers_by_state.setdefault(timer.node, []).append(timer)
+    core._timers_armed()
+
+
+def cancel_delayed(core: Core, send_id: str) -> int:
+    """Cancel the pending delayed events sent with ``send_id``; how many there were."""
+    found = [t for t in core._delayed if t.send_id == send_id]
+    for timer in found:
+        timer.cancelled = True
+        core._delayed.remove(timer)
+    return len(found)
 
 
 def arm_timers(core: Core, node: StateNode, event: Event) -> BaseException | None:
@@ -70,7 +103,6 @@ def arm_timers(core: Core, node: StateNode, event: Event) -> BaseException | Non
                 error = error or exc
                 continue
         push_timer(core, Timer(now + delay, node, after, delay))
-    core._timers_armed()
     return error
 
 
@@ -100,11 +132,14 @@ def cancel_timers(core: Core, node: StateNode) -> None:
 
 
 def cancel_all_timers(core: Core) -> None:
-    """Cancel every timer (stop, or the machine is done)."""
+    """Cancel every timer and delayed event (stop, or the machine is done)."""
     for timers in core._timers_by_state.values():
         for timer in timers:
             timer.cancelled = True
+    for timer in core._delayed:
+        timer.cancelled = True
     core._timers_by_state.clear()
+    core._delayed.clear()
     core._timer_heap.clear()
 
 
@@ -115,6 +150,9 @@ def pop_due_timer(core: Core, now: float) -> Timer | None:
         timer = heapq.heappop(heap)[2]
         if timer.cancelled:
             continue
+        if timer.event is not None:
+            core._delayed.remove(timer)
+            return timer
         timers = core._timers_by_state.get(timer.node)
         if timers is not None:
             timers.remove(timer)
