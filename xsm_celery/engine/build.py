@@ -22,7 +22,7 @@ from xsm_celery.engine.chart import (
     StateNode,
     Transition,
 )
-from xsm_celery.engine.events import after_event_type, done_state_type
+from xsm_celery.engine.events import after_event_type, done_state_type, is_descriptor
 from xsm_celery.errors import InvalidConfigError
 
 __all__ = ["TreeBuilder"]
@@ -36,7 +36,7 @@ STATE_KEYS = frozenset(
 )  # fmt: skip
 HISTORY_KEYS = frozenset({"id", "type", "history", "target", "meta", "description"})
 TRANSITION_KEYS = frozenset(
-    {"target", "actions", "guard", "cond", "reenter", "internal", "description", "meta"}
+    {"target", "actions", "guard", "cond", "in", "reenter", "internal", "description", "meta"}
 )
 INVOKE_KEYS = frozenset({"src", "id", "onDone", "onError", "input", "meta", "description"})
 
@@ -280,8 +280,8 @@ class TreeBuilder:
         description = raw.get("description")
         node.description = description if isinstance(description, str) else None
         node.output = raw.get("output")
-        node.on = self._on(node, raw.get("on"))
         node.always = self.transitions_of(node, "", raw.get("always"), _join(path, "always"))
+        node.on = self._on(node, raw.get("on"))
         node.after = self._after(node, raw.get("after"))
         node.invoke = self._invoke(node, raw.get("invoke"))
         if "onDone" in raw:
@@ -314,9 +314,20 @@ class TreeBuilder:
             )
         table: dict[str, tuple[Transition, ...]] = {}
         for event, spec in raw.items():
-            if not isinstance(event, str) or not event:
+            if event == "":
+                # XState v4 spelled eventless transitions as the "" event.
+                eventless = self.transitions_of(node, "", spec, _join(opath, '""'))
+                node.always = (*node.always, *eventless)
+                continue
+            if not isinstance(event, str):
                 raise InvalidConfigError(
-                    f"event name {event!r} must be a non-empty str", path=_join(opath, str(event))
+                    f"event name {event!r} must be a str", path=_join(opath, str(event))
+                )
+            if "*" in event and not is_descriptor(event):
+                raise InvalidConfigError(
+                    f"event descriptor {event!r}: '*' must be the whole name or a last "
+                    "'.*' segment (like 'order.*')",
+                    path=_join(opath, event),
                 )
             table[event] = self.transitions_of(node, event, spec, _join(opath, event))
         return table
@@ -358,6 +369,16 @@ class TreeBuilder:
             )
         guard_key = "guard" if "guard" in raw else "cond"
         trans.guard = self.guard(raw.get(guard_key), _join(path, guard_key))
+        if "in" in raw:
+            # XState v4's `in: "state"` on a transition: a stateIn guard, and-ed with its guard.
+            state_in = self._state_in({"state": raw["in"]}, _join(path, "in"))
+            if trans.guard is None:
+                trans.guard = state_in
+            else:
+                both = GuardDef("and", None, None, path)
+                both.combinator = "and"
+                both.guards = (state_in, trans.guard)
+                trans.guard = both
         trans.actions = self.actions(raw.get("actions"), _join(path, "actions"))
         trans.reenter = self._reenter(raw, path)
         meta = raw.get("meta", {})
@@ -402,16 +423,56 @@ class TreeBuilder:
         return tuple(result)
 
     def guard(self, raw: Any, path: str) -> GuardDef | None:
-        """Parse a guard: a name or a ``{type, params}`` dict."""
+        """Parse a guard: a name, a ``{type, params}`` dict, ``stateIn`` or a combinator."""
         if raw is None:
             return None
         if isinstance(raw, str) and raw:
             return GuardDef(raw, None, None, path)
         if isinstance(raw, Mapping) and isinstance(raw.get("type"), str) and raw["type"]:
+            kind = raw["type"].removeprefix("xstate.")
+            if kind in ("and", "or", "not"):
+                return self._combinator(kind, raw, path)
+            if kind == "stateIn":
+                return self._state_in(raw, path)
             return GuardDef(raw["type"], raw.get("params"), None, path)
         raise InvalidConfigError(
             f"a guard must be a name or a {{'type', 'params'}} dict, got {raw!r}", path=path
         )
+
+    def _combinator(self, kind: str, raw: Mapping[str, Any], path: str) -> GuardDef:
+        raw_params = raw.get("params")
+        params: Mapping[str, Any] = raw_params if isinstance(raw_params, Mapping) else {}
+        operands = raw.get("guards", params.get("guards"))
+        if operands is None and kind == "not":
+            single = raw.get("guard", params.get("guard"))
+            operands = None if single is None else [single]
+        if not isinstance(operands, list) or not operands or (kind == "not" and len(operands) != 1):
+            need = "one guard under 'guard'" if kind == "not" else "a non-empty 'guards' list"
+            raise InvalidConfigError(f"a {kind!r} guard needs {need}", path=path)
+        guard = GuardDef(kind, None, None, path)
+        guard.combinator = kind
+        parsed = []
+        for index, operand in enumerate(operands):
+            child = self.guard(operand, f"{path}.guards[{index}]")
+            assert child is not None
+            parsed.append(child)
+        guard.guards = tuple(parsed)
+        return guard
+
+    def _state_in(self, raw: Mapping[str, Any], path: str) -> GuardDef:
+        params = raw.get("params")
+        ref = params.get("state", params.get("id")) if isinstance(params, Mapping) else params
+        ref = raw.get("state", ref)
+        if not isinstance(ref, str) or not ref:
+            raise InvalidConfigError(
+                "a 'stateIn' guard names its state: {'type': 'stateIn', 'params': {'state': "
+                "'#id'}}",
+                path=path,
+            )
+        guard = GuardDef("stateIn", params, None, path)
+        guard.combinator = "stateIn"
+        guard.state_ref = ref
+        return guard
 
     def _after(self, node: StateNode, raw: Any) -> tuple[AfterDef, ...]:
         if raw is None:

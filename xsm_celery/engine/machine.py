@@ -15,7 +15,14 @@ from typing import Any
 
 from xsm_celery.engine.build import TreeBuilder
 from xsm_celery.engine.builtins import builtin_action, canonical_builtin, check_params
-from xsm_celery.engine.chart import ActionDef, AfterDef, InvokeDef, StateNode, Transition
+from xsm_celery.engine.chart import (
+    ActionDef,
+    AfterDef,
+    GuardDef,
+    InvokeDef,
+    StateNode,
+    Transition,
+)
 from xsm_celery.engine.hashing import structure_hash
 from xsm_celery.engine.logic import MachineLogic, accepts_params
 from xsm_celery.engine.targets import (
@@ -113,9 +120,15 @@ class Machine:
     def find_state(self, state_id: str) -> StateNode | None:
         """Like :meth:`get_state` but None when nothing matches."""
         node = self._by_id.get(state_id)
-        if node is None and not state_id.startswith("#"):
-            node = self._by_id.get(f"{self.id}.{state_id}")
-        return node
+        if node is not None:
+            return node
+        if not state_id.startswith("#"):
+            return self._by_id.get(f"{self.id}.{state_id}")
+        head, _, rest = state_id.partition(".")
+        base = self._by_id.get(head)
+        if base is None or not rest:
+            return None
+        return self._by_id.get(f"{base.id}.{rest}")
 
     def iter_states(self) -> Iterator[StateNode]:
         """Every state node in document order, the root first."""
@@ -142,15 +155,8 @@ def _bind(machine: Machine, logic: MachineLogic, *, check: bool) -> None:
         if action.fn is None and check:
             raise ImplementationMissingError("action", action.type, path=action.path)
     for trans in machine.transitions:
-        guard = trans.guard
-        if guard is None:
-            continue
-        guard.fn = logic.guards.get(guard.type)
-        if guard.fn is None:
-            if check:
-                raise ImplementationMissingError("guard", guard.type, path=guard.path)
-            continue
-        guard.takes_params = guard.params is not None and accepts_params(guard.fn)
+        if trans.guard is not None:
+            _bind_guard(machine, trans.guard, logic, check=check)
     for inv in machine.invokes:
         inv.impl = logic.services.get(inv.src)
         if inv.impl is None and check:
@@ -161,6 +167,26 @@ def _bind(machine: Machine, logic: MachineLogic, *, check: bool) -> None:
         after.delay_fn = logic.delays.get(after.key)
         if after.delay_fn is None and check:
             raise ImplementationMissingError("delay", after.key, path=after.path)
+
+
+def _bind_guard(machine: Machine, guard: GuardDef, logic: MachineLogic, *, check: bool) -> None:
+    """Bind a named guard, a ``stateIn`` guard's state, or each operand of a combinator."""
+    if guard.combinator == "stateIn":
+        assert guard.state_ref is not None
+        guard.state = machine.find_state(guard.state_ref)
+        if guard.state is None:
+            raise StateNotFoundError(guard.state_ref, reference_id=machine.id, path=guard.path)
+        return
+    if guard.combinator is not None:
+        for operand in guard.guards:
+            _bind_guard(machine, operand, logic, check=check)
+        return
+    guard.fn = logic.guards.get(guard.type)
+    if guard.fn is None:
+        if check:
+            raise ImplementationMissingError("guard", guard.type, path=guard.path)
+        return
+    guard.takes_params = guard.params is not None and accepts_params(guard.fn)
 
 
 def _all_actions(machine: Machine) -> Iterator[ActionDef]:

@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from xsm_celery.engine.plugins import dispatch
 from xsm_celery.engine.step import remove_conflicts
+from xsm_celery.engine.targets import candidates_for
 from xsm_celery.errors import ImplementationMissingError
 
 if TYPE_CHECKING:
-    from xsm_celery.engine.chart import GuardDef, Transition
+    from xsm_celery.engine.chart import GuardDef, StateNode, Transition
     from xsm_celery.engine.events import Event
     from xsm_celery.engine.runtime import Core
 
@@ -51,14 +52,26 @@ def select_transitions(core: Core, event: Event) -> Selected:
     """
     leaves = core._leaves
     if len(leaves) == 1:
-        candidates = leaves[0].handlers.get(event.type)
+        leaf = leaves[0]
+        candidates = leaf.handlers.get(event.type)
         if candidates is None:
+            if not leaf.has_wildcards:
+                return None
+            candidates = candidates_for(leaf, event.type)
+        if not candidates:
             return None
         for trans in candidates:
             if trans.guard is None or evaluate_guard(trans.guard, core._context, event, core):
                 return (trans,)
         return DENIED
-    return _select_many(core, [leaf.handlers.get(event.type) for leaf in leaves], event)
+    return _select_many(core, [_candidates(leaf, event.type) for leaf in leaves], event)
+
+
+def _candidates(leaf: StateNode, event_type: str) -> tuple[Transition, ...] | None:
+    candidates = leaf.handlers.get(event_type)
+    if candidates is None and leaf.has_wildcards:
+        return candidates_for(leaf, event_type)
+    return candidates
 
 
 def select_eventless(core: Core, event: Event) -> Selected:
@@ -117,11 +130,14 @@ def evaluate_guard(guard: GuardDef, context: Any, event: Event, core: Core | Non
 
     With ``core`` the plugins of that interpreter hear ``on_guard_evaluated`` (and
     ``on_guard_error``); without it the guard is only evaluated, which is how code outside a
-    step asks what a guard would say.
+    step asks what a guard would say (a ``stateIn`` guard is then False: there is no
+    configuration to look in).
     """
     try:
         fn = guard.fn
-        if guard.takes_params:
+        if guard.combinator is not None:
+            result = _combined(guard, context, event, core)
+        elif guard.takes_params:
             result = bool(fn(context, event, guard.params))  # type: ignore[misc]
         else:
             result = bool(fn(context, event))  # type: ignore[misc]
@@ -131,6 +147,29 @@ def evaluate_guard(guard: GuardDef, context: Any, event: Event, core: Core | Non
     if core is not None and core._plugins:
         dispatch(core, core._plugins, "on_guard_evaluated", (guard.type, event, result))
     return result
+
+
+def _combined(guard: GuardDef, context: Any, event: Event, core: Core | None) -> bool:
+    """``and`` / ``or`` / ``not`` over operand guards, and ``stateIn`` over the configuration."""
+    kind = guard.combinator
+    if kind == "stateIn":
+        return core is not None and guard.state in core._config
+    if kind == "not":
+        return not _operand(guard.guards[0], context, event, core)
+    if kind == "and":
+        return all(_operand(g, context, event, core) for g in guard.guards)
+    return any(_operand(g, context, event, core) for g in guard.guards)
+
+
+def _operand(guard: GuardDef, context: Any, event: Event, core: Core | None) -> bool:
+    """One operand of a combinator: evaluated without a report of its own, failures raise."""
+    if guard.combinator is not None:
+        return _combined(guard, context, event, core)
+    if guard.fn is None:
+        raise ImplementationMissingError("guard", guard.type, path=guard.path)
+    if guard.takes_params:
+        return bool(guard.fn(context, event, guard.params))
+    return bool(guard.fn(context, event))
 
 
 def _guard_failed(guard: GuardDef, event: Event, exc: Exception, core: Core | None) -> None:

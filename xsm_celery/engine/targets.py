@@ -14,10 +14,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from xsm_celery.engine.chart import StateNode, Transition
+from xsm_celery.engine.events import is_descriptor, matches_descriptor
 from xsm_celery.errors import InvalidConfigError, StateNotFoundError
 
 __all__ = [
     "build_handler_tables",
+    "candidates_for",
     "compute_domain",
     "default_entry",
     "entry_set",
@@ -234,21 +236,57 @@ def build_handler_tables(nodes: Iterable[StateNode]) -> None:
     """Give each leaf its candidates per event, its own first, then each ancestor's.
 
     Selecting a transition for an event in a leaf is then one dict look-up plus guard checks,
-    which is what keeps ``send()`` cheap.
+    which is what keeps ``send()`` cheap. A leaf under a wildcard descriptor (``*``,
+    ``order.*``) fills its table per event type on first use instead (see
+    :func:`candidates_for`), since which descriptors match depends on the event.
     """
+    for node in nodes:
+        own: dict[str, list[Transition]] = {}
+        for event, candidates in node.on.items():
+            own.setdefault(event, []).extend(candidates)
+        for after in node.after:
+            own.setdefault(after.event_type, []).extend(after.transitions)
+        for inv in node.invoke:
+            own.setdefault(inv.done_type, []).extend(inv.on_done)
+            own.setdefault(inv.error_type, []).extend(inv.on_error)
+        node.own_handlers = {event: tuple(cands) for event, cands in own.items()}
     for node in nodes:
         if not node.is_leaf:
             continue
+        chain = (node, *node.ancestors)
+        node.eventless = tuple(t for state in chain for t in state.always)
+        node.has_wildcards = any(is_descriptor(key) for state in chain for key in state.on)
+        if node.has_wildcards:
+            node.handlers = {}
+            continue
         handlers: dict[str, list[Transition]] = {}
-        eventless: list[Transition] = []
-        for state in (node, *node.ancestors):
-            for event, candidates in state.on.items():
+        for state in chain:
+            for event, candidates in state.own_handlers.items():
                 handlers.setdefault(event, []).extend(candidates)
-            for after in state.after:
-                handlers.setdefault(after.event_type, []).extend(after.transitions)
-            for inv in state.invoke:
-                handlers.setdefault(inv.done_type, []).extend(inv.on_done)
-                handlers.setdefault(inv.error_type, []).extend(inv.on_error)
-            eventless.extend(state.always)
         node.handlers = {event: tuple(cands) for event, cands in handlers.items()}
-        node.eventless = tuple(eventless)
+
+
+#: Event types a wildcard leaf remembers candidates for; past it they are found each time.
+WILDCARD_CACHE_LIMIT = 1024
+
+
+def candidates_for(leaf: StateNode, event_type: str) -> tuple[Transition, ...]:
+    """The candidates of a wildcard leaf for one event type, as XState v5 orders them.
+
+    From the leaf up, each state offers its exact transitions for the event if it has any,
+    otherwise those of its matching descriptors, the longest descriptor first. Engine events
+    match no descriptor.
+    """
+    found: list[Transition] = []
+    for state in (leaf, *leaf.ancestors):
+        exact = state.own_handlers.get(event_type)
+        if exact:
+            found.extend(exact)
+            continue
+        matching = [k for k in state.on if is_descriptor(k) and matches_descriptor(k, event_type)]
+        for key in sorted(matching, key=len, reverse=True):
+            found.extend(state.on[key])
+    result = tuple(found)
+    if len(leaf.handlers) < WILDCARD_CACHE_LIMIT:
+        leaf.handlers[event_type] = result
+    return result
