@@ -12,6 +12,7 @@ uses) to catch everything the library raises on purpose. The tree::
         - InterpreterStoppedError
         - RunawayChainError
         - NotSupportedError
+        - ContextValidationError: the context failed the machine's context model after a step
         - InvalidEventError (also a TypeError): send() got something that is not an event
         - WorkerLost: a task delivery whose worker died mid-attempt
         - TaskGaveUp: a task chart reached its dead-letter state without an error
@@ -47,6 +48,7 @@ __all__ = [
     "CircuitOpenError",
     "ConfigurationError",
     "ConflictError",
+    "ContextValidationError",
     "EnvelopeCorruptError",
     "EnvelopeError",
     "EnvelopeTooLargeError",
@@ -117,14 +119,31 @@ class StateNotFoundError(ChartError):
 class ImplementationMissingError(ChartError):
     """Raised when a chart names an action, guard, service or delay the logic lacks."""
 
-    def __init__(self, kind: str, name: str, *, path: str = "") -> None:
+    def __init__(
+        self,
+        kind: str,
+        name: str,
+        *,
+        path: str = "",
+        missing: tuple[tuple[str, str, str], ...] = (),
+    ) -> None:
         self.kind = kind
         self.name = name
         self.path = path
+        #: Every missing ``(kind, name, path)`` when several were found at once (strict mode).
+        self.missing = missing or ((kind, name, path),)
         where = f"{path}: " if path else ""
-        super().__init__(
+        message = (
             f"{where}unknown {kind} '{name}'; add it to MachineLogic({kind}s={{'{name}': ...}})"
         )
+        if len(self.missing) > 1:
+            listed = "; ".join(f"{p or '<root>'}: {k} '{n}'" for k, n, p in self.missing)
+            kinds = sorted({k for k, _, _ in self.missing})
+            message = (
+                f"{len(self.missing)} implementations are missing: {listed}; add them to "
+                f"MachineLogic({', '.join(f'{k}s=' for k in kinds)}...)"
+            )
+        super().__init__(message)
 
 
 class ExecutionError(XsmError):
@@ -148,6 +167,21 @@ class RunawayChainError(ExecutionError):
 
 class NotSupportedError(ExecutionError):
     """Raised when a chart uses a feature this engine deliberately does not run."""
+
+
+class ContextValidationError(ExecutionError):
+    """Raised (and recorded, contained) when the context fails the machine's context model.
+
+    ``machine_id`` names the machine; ``errors`` holds the validator's complaint as text.
+    """
+
+    def __init__(self, machine_id: str, errors: str) -> None:
+        self.machine_id = machine_id
+        self.errors = errors
+        super().__init__(
+            f"machine {machine_id!r}: context failed its model after a step: {errors}; fix "
+            "the action that wrote it, or the model"
+        )
 
 
 class InvalidEventError(ExecutionError, TypeError):

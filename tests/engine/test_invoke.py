@@ -8,7 +8,7 @@ import pytest
 
 from tests.engine.drivers import Interp
 from tests.engine.helpers import Recorder
-from xsm_celery import MachineLogic, NotSupportedError, create_machine
+from xsm_celery import ImplementationMissingError, MachineLogic, NotSupportedError, create_machine
 
 
 def fetch_chart(**invoke: Any) -> dict[str, Any]:
@@ -158,12 +158,13 @@ def test_async_service_runs_on_the_async_interpreter_and_is_refused_by_the_sync_
         assert isinstance(interp.context["got"][1], NotSupportedError)
 
 
-def test_missing_service_goes_to_on_error() -> None:
-    """With no logic bound, the missing service fails into onError at run time."""
+def test_missing_service_raises_when_its_state_would_be_entered() -> None:
+    """With no logic bound, the send that would start the missing service raises; state kept."""
     machine = create_machine(fetch_chart())
     interp = Interp(machine).start()
-    interp.send("LOAD")
-    assert interp.value == "failed"
+    with pytest.raises(ImplementationMissingError, match="fetch"):
+        interp.send("LOAD")
+    assert interp.value == "idle"
 
 
 def test_two_invocations_in_one_state_get_distinct_ids() -> None:

@@ -56,8 +56,8 @@ class Interpreter(Core):
     ``async def``. Use it from one event loop; other threads use ``send_threadsafe``.
     """
 
-    def __init__(self, machine: Machine, clock: Clock | None = None) -> None:
-        super().__init__(machine, clock)
+    def __init__(self, machine: Machine, clock: Clock | None = None, *, input: Any = None) -> None:
+        super().__init__(machine, clock, input=input)
 
     def _setup(self, machine: Machine, clock: Clock | None, context: dict[str, Any]) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -75,9 +75,11 @@ class TreeBuilder:
         if "states" not in config:
             raise InvalidConfigError("the root needs 'states'; a machine has states", path="")
         context = config.get("context")
-        if context is not None and not isinstance(context, Mapping):
+        if context is not None and not isinstance(context, Mapping) and not callable(context):
             raise InvalidConfigError(
-                f"'context' must be a dict, got {type(context).__name__}", path="context"
+                f"'context' must be a dict or a callable of {{'input': ...}}, got "
+                f"{type(context).__name__}",
+                path="context",
             )
         root = self._node(machine_id, machine_id, None, "", config)
         return root

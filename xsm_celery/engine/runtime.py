@@ -39,22 +39,55 @@ from xsm_celery.engine.events import (
     to_event,
 )
 from xsm_celery.engine.plugins import dispatch, global_plugins
+from xsm_celery.engine.redact import public_context
 from xsm_celery.engine.selection import select_eventless, select_transitions
 from xsm_celery.engine.snapshot import DEFAULT_MAX_SNAPSHOT_BYTES, dump, restore, snapshot_dict
 from xsm_celery.engine.state import DONE, NOT_STARTED, RUNNING, STOPPED, StateView
 from xsm_celery.engine.step import Plan, initial_plan, plan, record_history
-from xsm_celery.errors import InterpreterStoppedError, NotSupportedError, RunawayChainError
+from xsm_celery.errors import (
+    ContextValidationError,
+    InterpreterStoppedError,
+    NotSupportedError,
+    RunawayChainError,
+)
 
 if TYPE_CHECKING:
     from xsm_celery.engine.chart import ActionDef, InvokeDef
     from xsm_celery.engine.machine import Machine
     from xsm_celery.engine.timers import Timer
 
-__all__ = ["DONE", "NOT_STARTED", "RUNNING", "STOPPED", "Core", "StepResult", "Subscription"]
+__all__ = [
+    "DONE",
+    "NOT_STARTED",
+    "RUNNING",
+    "STOPPED",
+    "Core",
+    "StepResult",
+    "Subscription",
+    "initial_context",
+]
 
 _INIT = "xstate.init"
 
 CoreT = TypeVar("CoreT", bound="Core")
+
+
+def initial_context(machine: Machine, input: Any) -> dict[str, Any]:
+    """A fresh context for one interpreter: the chart's (copied), or its factory's result.
+
+    Raises:
+        TypeError: a ``context`` callable returned something that is not a dict.
+    """
+    factory = machine.context_factory
+    if factory is None:
+        return copy.deepcopy(machine.initial_context)
+    made = factory({"input": input})
+    if not isinstance(made, dict):
+        raise TypeError(
+            f"machine {machine.id!r}: the 'context' callable returned {type(made).__name__}; "
+            "return a dict"
+        )
+    return made
 
 
 class StepResult:
@@ -100,8 +133,9 @@ class Subscription:
 class Core(StateView):
     """State and run loop of an interpreter; the drivers add the public send/start/stop."""
 
-    def __init__(self, machine: Machine, clock: Clock | None = None) -> None:
-        self._setup(machine, clock, copy.deepcopy(machine.initial_context))
+    def __init__(self, machine: Machine, clock: Clock | None = None, *, input: Any = None) -> None:
+        self._setup(machine, clock, initial_context(machine, input))
+        self.input = input
 
     def _setup(self, machine: Machine, clock: Clock | None, context: dict[str, Any]) -> None:
         self.machine = machine
@@ -131,6 +165,7 @@ class Core(StateView):
         self.last_error = None
         self.output = None
         self.store_key = None
+        self.input = None
 
     def use(self, plugin: Any) -> Any:
         """Attach a plugin (before or after start); returns the interpreter for chaining."""
@@ -200,6 +235,8 @@ class Core(StateView):
                 result.denied = body(event, result)
             if self._queue:
                 self._drain_queue(result)
+            if self.machine.context_validator is not None:
+                self._record(self._validate_context(), result)
         except BaseException:
             self._queue.clear()
             self._internal.clear()
@@ -351,6 +388,20 @@ class Core(StateView):
                                                                  trans))  # fmt: skip
         if finished is not None:
             self._finish(finished)
+
+    def _validate_context(self) -> ContextValidationError | None:
+        """Run the machine's context validator on the user's keys; write back what it returns."""
+        validator = self.machine.context_validator
+        assert validator is not None
+        try:
+            coerced = validator(public_context(self._context))
+        except Exception as exc:
+            error = ContextValidationError(self.id, str(exc))
+            delivery.logger.error("%s", error)
+            return error
+        if isinstance(coerced, Mapping):
+            self._context.update(coerced)
+        return None
 
     def _record(self, error: BaseException | None, result: StepResult) -> None:
         if error is not None:

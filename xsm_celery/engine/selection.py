@@ -126,21 +126,29 @@ def _select_many(
 
 
 def evaluate_guard(guard: GuardDef, context: Any, event: Event, core: Core | None = None) -> bool:
-    """Evaluate one guard; one that raises (or is missing) is False, logged and reported.
+    """Evaluate one guard; one that raises is False, logged and reported.
 
     With ``core`` the plugins of that interpreter hear ``on_guard_evaluated`` (and
     ``on_guard_error``); without it the guard is only evaluated, which is how code outside a
     step asks what a guard would say (a ``stateIn`` guard is then False: there is no
     configuration to look in).
+
+    Raises:
+        ImplementationMissingError: the guard (or an operand) is not in the logic; a step
+            raises it from ``send()`` before changing anything.
     """
+    fn = guard.fn
+    if fn is None and guard.combinator is None:
+        raise ImplementationMissingError("guard", guard.type, path=guard.path)
     try:
-        fn = guard.fn
         if guard.combinator is not None:
             result = _combined(guard, context, event, core)
         elif guard.takes_params:
             result = bool(fn(context, event, guard.params))  # type: ignore[misc]
         else:
             result = bool(fn(context, event))  # type: ignore[misc]
+    except ImplementationMissingError:
+        raise
     except Exception as exc:
         _guard_failed(guard, event, exc, core)
         result = False
@@ -173,12 +181,9 @@ def _operand(guard: GuardDef, context: Any, event: Event, core: Core | None) -> 
 
 
 def _guard_failed(guard: GuardDef, event: Event, exc: Exception, core: Core | None) -> None:
-    error: Exception = exc
-    if guard.fn is None:
-        error = ImplementationMissingError("guard", guard.type, path=guard.path)
     logger.warning(
         "machine %r: guard %r raised on event %r; treated as false",
-        None if core is None else core.machine.id, guard.type, event.type, exc_info=error,
+        None if core is None else core.machine.id, guard.type, event.type, exc_info=exc,
     )  # fmt: skip
     if core is not None and core._plugins:
-        dispatch(core, core._plugins, "on_guard_error", (guard.type, event, error))
+        dispatch(core, core._plugins, "on_guard_error", (guard.type, event, exc))

@@ -83,6 +83,8 @@ class StateView:
     last_error: BaseException | None
     output: Any
     store_key: str | None
+    #: The ``input`` the interpreter was created with (reaches a ``context`` callable).
+    input: Any
 
     @property
     def id(self) -> str:

@@ -14,12 +14,14 @@ from typing import Any, NamedTuple
 
 from xsm_celery.engine.chart import StateNode, Transition
 from xsm_celery.engine.targets import default_entry, history_entry
+from xsm_celery.errors import ImplementationMissingError
 
 __all__ = [
     "Plan",
     "exit_set",
     "initial_plan",
     "leaves_of",
+    "missing_implementation",
     "plan",
     "record_history",
     "remove_conflicts",
@@ -80,6 +82,9 @@ def plan(
             entries.update(history_entry(trans, remembered or {}))
         else:
             entries.update(trans.entry)
+    missing = missing_implementation(exits, entries, transitions)
+    if missing is not None:
+        raise missing
     new_config = frozenset((config - exits) | entries)
     result = Plan(
         tuple(sorted(exits, key=_order, reverse=True)),
@@ -110,10 +115,47 @@ def record_history(
         remembered[hist] = kept
 
 
+def missing_implementation(
+    exits: Iterable[StateNode], entries: Iterable[StateNode], transitions: Iterable[Transition]
+) -> ImplementationMissingError | None:
+    """The first action, service or named delay a step would need but the logic lacks.
+
+    Checked when a step is planned, before anything runs, so a chart with incomplete logic
+    fails the ``send()`` that needs the missing piece and keeps its configuration.
+    """
+    for node in exits:
+        for action in node.exit:
+            if action.fn is None:
+                return ImplementationMissingError("action", action.type, path=action.path)
+    for trans in transitions:
+        for action in trans.actions:
+            if action.fn is None:
+                return ImplementationMissingError("action", action.type, path=action.path)
+    for node in sorted(entries, key=_order):
+        for action in node.entry:
+            if action.fn is None:
+                return ImplementationMissingError("action", action.type, path=action.path)
+        for after in node.after:
+            if after.delay_ms is None and after.delay_fn is None:
+                return ImplementationMissingError("delay", after.key, path=after.path)
+        for inv in node.invoke:
+            if inv.impl is None:
+                return ImplementationMissingError("service", inv.src, path=inv.path)
+    return None
+
+
 def initial_plan(root: StateNode) -> Plan:
-    """The plan of ``start()``: enter the root and its default descendants."""
+    """The plan of ``start()``: enter the root and its default descendants.
+
+    Raises:
+        ImplementationMissingError: the initial states need an action, service or named
+            delay the logic lacks.
+    """
     into: set[StateNode] = set()
     default_entry(root, into)
+    missing = missing_implementation((), into, ())
+    if missing is not None:
+        raise missing
     config = frozenset(into)
     return Plan((), tuple(sorted(into, key=_order)), config, leaves_of(config))
 

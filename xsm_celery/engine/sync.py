@@ -23,10 +23,11 @@ class SyncInterpreter(Core):
     Args:
         machine: From :func:`create_machine`.
         clock: Defaults to a ``WallClock``.
+        input: Passed to a ``context`` callable as ``{"input": input}`` (XState's input).
     """
 
-    def __init__(self, machine: Machine, clock: Clock | None = None) -> None:
-        super().__init__(machine, clock)
+    def __init__(self, machine: Machine, clock: Clock | None = None, *, input: Any = None) -> None:
+        super().__init__(machine, clock, input=input)
 
     def start(self) -> SyncInterpreter:
         """Enter the initial states and settle them; returns ``self`` for chaining.
