@@ -74,6 +74,10 @@ class Interpreter(Core):
                 return None
         return self._loop
 
+    def _begin(self) -> None:
+        self._bind_loop()
+        super()._begin()
+
     async def start(self) -> Interpreter:
         """Enter the initial states and settle them; returns ``self``."""
         self._bind_loop()

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from xsm_celery.engine import delivery, services, timers
 from xsm_celery.engine.chart import StateNode, Transition
+from xsm_celery.engine.children import child_finished
 from xsm_celery.engine.clock import Clock, WallClock
 from xsm_celery.engine.effects import run_actions
 from xsm_celery.engine.events import (
@@ -155,6 +156,8 @@ class Core(StateView):
         self._delayed = []
         self._listeners = {}
         self.parent = None
+        self._actor_id = None
+        self._invoked_as = None
         self._actors = {}
         self.children = {}
         self._mailbox = deque()
@@ -459,6 +462,8 @@ class Core(StateView):
         self.clock.detach(self)
         if self._plugins:
             dispatch(self, self._plugins, "on_done", (self.output,))
+        if self.parent is not None:
+            child_finished(self)
 
     def _halt(self) -> None:
         """Stop: cancel timers, clean up actors, detach from the clock (``stop()``'s body)."""
@@ -521,6 +526,14 @@ class Core(StateView):
                     delivery.logger.exception(
                         "machine %r: emit listener raised on %r; contained", self.id, event.type
                     )
+
+    def _post_internal(self, event: Event) -> None:
+        """An engine event from outside the step (a child finished): queue it, or run it now."""
+        if self._status != RUNNING:
+            return
+        self._internal.append(event)
+        if not self._processing:
+            self._run(Event("xstate.child"), self._settle_queued)
 
     def _spawn(self, src: str, actor_id: str | None, input: Any, path: str) -> None:
         services.spawn(self, src, actor_id, input, path)

@@ -13,8 +13,10 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from xsm_celery.engine.chart import InvokeDef
+from xsm_celery.engine.children import start_child
 from xsm_celery.engine.events import EngineEvent, Event
 from xsm_celery.engine.invoke import ActorRef, CallbackLogic
+from xsm_celery.engine.machine import Machine
 from xsm_celery.engine.plugins import dispatch
 from xsm_celery.errors import ImplementationMissingError
 
@@ -92,9 +94,13 @@ def stop_child(core: Core, actor_id: str) -> bool:
 def start_invocation(core: Core, inv: InvokeDef, node: StateNode) -> None:
     """Start one invocation (or spawned child) owned by ``node``."""
     impl = inv.impl
-    event = Event(f"invoke.{inv.id}", {"input": {} if inv.input is None else inv.input})
+    given = inv.input(_args(core)) if callable(inv.input) else inv.input
+    event = Event(f"invoke.{inv.id}", {"input": {} if given is None else given})
     if core._plugins:
         dispatch(core, core._plugins, "on_service_start", (inv,))
+    if isinstance(impl, Machine):
+        start_child(core, inv, node, impl, given)
+        return
     if impl is None:
         service_failed(core, inv, ImplementationMissingError("service", inv.src, path=inv.path))
         return
@@ -110,6 +116,10 @@ def start_invocation(core: Core, inv: InvokeDef, node: StateNode) -> None:
         core._start_awaitable(inv, node, result)
         return
     service_done(core, inv, result)
+
+
+def _args(core: Core) -> dict[str, Any]:
+    return {"context": core._context, "event": None}
 
 
 def service_done(core: Core, inv: InvokeDef, result: Any) -> EngineEvent:

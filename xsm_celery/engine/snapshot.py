@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from xsm_celery.engine.children import restore_children, saved_children
 from xsm_celery.engine.events import Event
 from xsm_celery.engine.step import leaves_of
 from xsm_celery.engine.timers import Timer, push_timer
@@ -87,6 +88,7 @@ def snapshot_dict(core: Core) -> dict[str, Any]:
         "deadlines": deadlines,
         "delayed": delayed,
         "output": core.output,
+        "children": saved_children(core),
         "history": {
             hist.id: [s.id for s in kept] for hist, kept in core._history.items()
         },
@@ -299,5 +301,6 @@ def restore(
     if status == "running":
         rearm(core, data.get("deadlines", []))
         rearm_delayed(core, data.get("delayed", []))
+        restore_children(core, data.get("children", {}))
         core.clock.attach(core)
         core._timers_armed()

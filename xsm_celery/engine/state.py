@@ -68,8 +68,11 @@ class StateView:
     _delayed: list[Timer]
     #: ``emit`` listeners by event type (``*``: every emitted event).
     _listeners: dict[str, list[Callable[[Event], Any]]]
-    #: The interpreter that invoked or spawned this one as a child, if any.
+    #: The interpreter that invoked or spawned this one as a child, if any, the actor id it
+    #: knows this one by, and the invocation that started it.
     parent: Any
+    _actor_id: str | None
+    _invoked_as: Any
     _actors: dict[StateNode, list[ActorRef]]
     children: dict[str, ActorRef]
     #: Events posted from other threads, delivered on the owner's next step.
@@ -88,8 +91,8 @@ class StateView:
 
     @property
     def id(self) -> str:
-        """The machine's id."""
-        return self.machine.root.id
+        """The machine's id; for a child machine, the actor id its parent knows it by."""
+        return self._actor_id or self.machine.root.id
 
     @property
     def status(self) -> str:
