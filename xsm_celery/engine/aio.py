@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from xsm_celery.engine import delivery, services
@@ -104,6 +104,60 @@ class Interpreter(Core):
         """
         self._bind_loop()
         return Sent(self._send(to_event(event_or_type, payload), wait))
+
+    def send_events(self, events: Any) -> Sent[None]:
+        """Send each event of an iterable in order; await to yield to the loop once."""
+        for event in events:
+            self._send(to_event(event, {}), False)
+        return Sent(None)
+
+    async def wait_for(
+        self,
+        condition: Callable[[Interpreter], bool] | str,
+        *,
+        timeout: float | None = 10.0,
+        poll_s: float = 0.005,
+    ) -> Interpreter:
+        """Wait until ``condition(interp)`` holds, or the state ``condition`` is active.
+
+        Returns the interpreter. XState's ``waitFor(actor, predicate, {timeout})``.
+
+        Raises:
+            TimeoutError: it does not hold within ``timeout`` seconds, or the machine
+                stopped or finished first.
+            StateNotFoundError: ``condition`` names a state the chart does not have.
+        """
+        check: Callable[[Interpreter], bool]
+        if isinstance(condition, str):
+            state = condition
+            check = lambda interp: interp.matches(state)  # noqa: E731
+        else:
+            check = condition
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while not check(self):
+            if self._status not in (RUNNING, "not_started"):
+                raise TimeoutError(
+                    f"machine {self.id!r} is {self._status} in {sorted(self.current_state_ids)}; "
+                    "the condition can no longer become true"
+                )
+            if deadline is not None and loop.time() >= deadline:
+                raise TimeoutError(
+                    f"machine {self.id!r}: condition not met within {timeout}s (now in "
+                    f"{sorted(self.current_state_ids)})"
+                )
+            self.tick()
+            await asyncio.sleep(poll_s)
+        return self
+
+    async def to_promise(self, *, timeout: float | None = None) -> Any:
+        """Wait until the machine is done and return its ``output`` (XState's ``toPromise``).
+
+        Raises:
+            TimeoutError: not done within ``timeout`` seconds, or stopped first.
+        """
+        await self.wait_for(lambda interp: interp.status == "done", timeout=timeout)
+        return self.output
 
     async def stop(self) -> None:
         """Stop: cancel timers and tasks, run actor cleanups. Idempotent."""

@@ -128,6 +128,11 @@ class Machine:
         return self.root.id
 
     @property
+    def initial(self) -> str | None:
+        """The key of the root's initial child (None for a parallel root), as in 0.11.0."""
+        return self.root.initial.key if self.root.initial is not None else None
+
+    @property
     def states(self) -> Mapping[str, StateNode]:
         """The root's child states by key."""
         return self.root.states

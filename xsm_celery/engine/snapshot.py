@@ -35,6 +35,7 @@ __all__ = [
     "DEFAULT_MAX_SNAPSHOT_BYTES",
     "SNAPSHOT_FORMAT",
     "dump",
+    "from_v011",
     "restore",
     "snapshot_dict",
 ]
@@ -236,6 +237,56 @@ def rearm(core: Core, deadlines: Any) -> None:
         push_timer(core, Timer(now + remaining, node, after, delay))
 
 
+def from_v011(data: dict[str, Any], machine: Machine) -> dict[str, Any]:
+    """Translate a snapshot written by xstate-statemachine 0.11.0 (``version`` 4) into ours.
+
+    Its structure hash is computed another way, so it is not compared: the machine id and
+    every state id are still checked. Deadlines gain their ``after`` key (read off the event
+    type), history keyed by the parent state is given to each of its history states, and
+    0.11.0's actors (process-bound there too) are dropped.
+    """
+    converted = dict(data)
+    converted["format"] = SNAPSHOT_FORMAT
+    if _field(data, "machine_id", str) == machine.id:
+        converted["machine_hash"] = machine.structure_hash
+    deadlines = []
+    for item in data.get("deadlines") or []:
+        if not isinstance(item, Mapping):
+            raise SnapshotCorruptError(f"snapshot deadline is not an object: {item!r:.80}")
+        state_id = _field(item, "state_id", str)
+        event_type = _field(item, "event_type", str)
+        key = event_type.removeprefix("after.").removesuffix(f".{state_id}")
+        deadlines.append({**item, "key": key})
+    converted["deadlines"] = deadlines
+    history: dict[str, list[Any]] = {}
+    raw_history = data.get("history") or {}
+    if not isinstance(raw_history, Mapping):
+        raise SnapshotCorruptError("snapshot field 'history' must be an object")
+    for parent_id, state_ids in raw_history.items():
+        parent = machine.find_state(parent_id) if isinstance(parent_id, str) else None
+        if parent is None:
+            raise SnapshotCorruptError(f"snapshot history names {parent_id!r}, not a state")
+        if not isinstance(state_ids, list):
+            raise SnapshotCorruptError(f"snapshot history of {parent_id!r} must be a list")
+        nodes = [machine.find_state(i) if isinstance(i, str) else None for i in state_ids]
+        for hist in parent.history_children:
+            # 0.11.0 lists every remembered state; ours keeps the leaves (deep) or the
+            # active children (shallow) and enters the rest by default.
+            deep = hist.history == "deep"
+            kept = [
+                n.id
+                for n in nodes
+                if n is not None and (not n.children if deep else n.parent is parent)
+            ]
+            history[hist.id] = kept
+    converted["history"] = history
+    converted["delayed"] = []
+    converted["children"] = {}
+    if converted.get("status") == "error":
+        converted["status"] = "stopped"
+    return converted
+
+
 def rearm_delayed(core: Core, delayed: Any) -> None:
     """Re-create pending delayed events (``raise``/``sendTo`` with a delay)."""
     if not isinstance(delayed, list):
@@ -282,6 +333,8 @@ def restore(
 ) -> None:
     """Set up a blank interpreter from a snapshot; see ``SyncInterpreter.from_snapshot``."""
     data = parse(snapshot, max_bytes)
+    if "format" not in data and "configuration" in data:
+        data = from_v011(data, machine)
     check_machine(data, machine, verify_machine_hash, expected_machine_hash)
     status = _field(data, "status", str)
     if status not in _STATUSES:

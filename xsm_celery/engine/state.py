@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from xsm_celery.errors import StateNotFoundError
@@ -147,21 +147,56 @@ class StateView:
                 tags |= node.tags
         return tags
 
+    @property
+    def is_running(self) -> bool:
+        """Whether the interpreter is between ``start()`` and ``stop()`` (or being done)."""
+        return self._status == RUNNING
+
+    def get_meta(self) -> dict[str, Any]:
+        """The ``meta`` of every active state that has one, by state id."""
+        return {node.id: node.meta for node in self._config if node.meta}
+
     def has_tag(self, tag: str) -> bool:
         """Whether any active state carries ``tag``."""
         return any(tag in node.tags for node in self._config)
 
-    def matches(self, state: str) -> bool:
-        """Whether a state is active: a full id (``job.done``), a path below the root
-        (``done``, ``p.r1.a``) or ``#custom``.
+    def matches(self, state: str | Mapping[str, Any]) -> bool:
+        """Whether a state is active, in every spelling 0.11.0 and XState accept.
+
+        A full id (``job.done``), a path below the root (``done``, ``p.r1.a``), ``#custom``
+        or ``#custom.child``, a trailing part of an id (``r1.a``, 0.11.0's partial path), or a
+        partial ``value`` (``{"p": {"r1": "a"}}``, XState's object form). An ancestor
+        matches when any descendant is active.
 
         Raises:
             StateNotFoundError: the chart has no such state (a typo never reads as False).
         """
+        if isinstance(state, Mapping):
+            return self._matches_value(self.machine.root, state)
         node = self.machine.find_state(state)
-        if node is None:
+        if node is not None:
+            return node in self._config
+        suffix = "." + state.lstrip("#")
+        candidates = [n for n in self.machine.nodes if n.id.endswith(suffix)]
+        if not candidates:
             raise StateNotFoundError(state, reference_id=self.machine.id)
-        return node in self._config
+        return any(n in self._config for n in candidates)
+
+    def _matches_value(self, node: StateNode, pattern: Any) -> bool:
+        if isinstance(pattern, str):
+            child = node.states.get(pattern)
+            if child is None:
+                raise StateNotFoundError(pattern, reference_id=node.id)
+            return child in self._config
+        if not isinstance(pattern, Mapping):
+            raise TypeError(f"matches() takes a state id or a value dict, got {pattern!r:.60}")
+        for key, sub in pattern.items():
+            child = node.states.get(key)
+            if child is None:
+                raise StateNotFoundError(str(key), reference_id=node.id)
+            if child not in self._config or not self._matches_value(child, sub):
+                return False
+        return True
 
     def wall_now(self) -> float:
         """Wall-clock time of this interpreter's clock, in epoch seconds."""

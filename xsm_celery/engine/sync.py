@@ -65,6 +65,11 @@ class SyncInterpreter(Core):
             event = to_event(event_or_type, payload)
         return self._send(event, wait)
 
+    def send_events(self, events: Any) -> None:
+        """Send each event of an iterable in order (each is processed to completion)."""
+        for event in events:
+            self.send(event)
+
     def stop(self) -> None:
         """Stop: cancel timers, run actor cleanups, refuse further events. Idempotent."""
         self._halt()
