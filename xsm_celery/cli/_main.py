@@ -6,6 +6,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import click
 
+from xsm_celery.cli import chart_tools
 from xsm_celery.cli.base import OneLineGroup
 from xsm_celery.cli.dlq import dlq
 
@@ -26,6 +27,11 @@ def cli() -> None:
 
 
 cli.add_command(dlq)
+cli.add_command(chart_tools.inspect)
+cli.add_command(chart_tools.diagram)
+cli.add_command(chart_tools.simulate)
+cli.add_command(chart_tools.validate)
+cli.add_command(chart_tools.docs)
 
 
 def main() -> None:

@@ -175,6 +175,12 @@ class Machine:
             kind, name, path = self.missing[0]
             raise ImplementationMissingError(kind, name, path=path, missing=self.missing)
 
+    def to_mermaid(self) -> str:
+        """The machine as Mermaid ``stateDiagram-v2`` text (0.11.0's ``Machine.to_mermaid``)."""
+        from xsm_celery.charttools.mermaid import to_mermaid
+
+        return to_mermaid(self)
+
     def iter_states(self) -> Iterator[StateNode]:
         """Every state node in document order, the root first."""
         return iter(self.nodes)
