@@ -75,7 +75,7 @@ def snapshot_dict(core: Core) -> dict[str, Any]:
         }
         for t in sorted(core._delayed, key=lambda t: t.due)
         if t.event is not None and not t.cancelled
-    ]
+    ] if core._delayed else []
     return {
         "format": SNAPSHOT_FORMAT,
         "machine_id": machine.id,
@@ -89,7 +89,7 @@ def snapshot_dict(core: Core) -> dict[str, Any]:
         "deadlines": deadlines,
         "delayed": delayed,
         "output": core.output,
-        "children": saved_children(core),
+        "children": saved_children(core) if core._actors else {},
         "history": {
             hist.id: [s.id for s in kept] for hist, kept in core._history.items()
         },
@@ -350,10 +350,16 @@ def restore(
     core._leaves = leaves_of(core._config)
     core._status = status
     core.output = data.get("output")
-    core._history = remembered_history(machine, data.get("history", {}))
+    history = data.get("history")
+    if history is not None and history != {}:
+        core._history = remembered_history(machine, history)
     if status == "running":
         rearm(core, data.get("deadlines", []))
-        rearm_delayed(core, data.get("delayed", []))
-        restore_children(core, data.get("children", {}))
+        delayed = data.get("delayed")
+        if delayed is not None and delayed != []:
+            rearm_delayed(core, delayed)
+        children = data.get("children")
+        if children is not None and children != {}:
+            restore_children(core, children)
         core.clock.attach(core)
         core._timers_armed()
