@@ -163,6 +163,7 @@ class Core(StateView):
         self._mailbox = deque()
         self._mailbox_lock = threading.Lock()
         self._cache = machine.step_cache
+        self._validator = machine.context_validator
         self._history = {}
         self._steps = 0
         self.last_error = None
@@ -238,7 +239,7 @@ class Core(StateView):
                 result.denied = body(event, result)
             if self._queue:
                 self._drain_queue(result)
-            if self.machine.context_validator is not None:
+            if self._validator is not None:
                 self._record(self._validate_context(), result)
         except BaseException:
             self._queue.clear()
@@ -394,7 +395,7 @@ class Core(StateView):
 
     def _validate_context(self) -> ContextValidationError | None:
         """Run the machine's context validator on the user's keys; write back what it returns."""
-        validator = self.machine.context_validator
+        validator = self._validator
         assert validator is not None
         try:
             coerced = validator(public_context(self._context))

@@ -79,6 +79,8 @@ class StateView:
     _mailbox: deque[Event]
     _mailbox_lock: threading.Lock
     _cache: dict[Any, Any]
+    #: The machine's context validator (None: no validation), looked up once.
+    _validator: Callable[[dict[str, Any]], Any] | None
     #: What each history state remembers (recorded when its parent exits).
     _history: dict[StateNode, tuple[StateNode, ...]]
     #: Microsteps taken for the event being processed (the runaway check).
