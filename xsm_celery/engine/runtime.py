@@ -96,7 +96,9 @@ class StepResult:
 
     ``taken`` counts microsteps (a targetless transition counts), ``denied`` says the event
     was handled but every guard refused it, ``error`` is the first contained error (an
-    action or a delay) of the run. It is the receipt's raw material.
+    action or a delay) of the run. It is the receipt's raw material. Each interpreter keeps
+    one and resets it per run (a run is never re-entered), which keeps ``send()`` free of an
+    allocation.
     """
 
     __slots__ = ("denied", "error", "taken")
@@ -164,6 +166,7 @@ class Core(StateView):
         self._mailbox_lock = threading.Lock()
         self._cache = machine.step_cache
         self._validator = machine.context_validator
+        self._result = StepResult()
         self._history = {}
         self._steps = 0
         self.last_error = None
@@ -229,7 +232,12 @@ class Core(StateView):
         raises (a runaway chain), queued and internal events are dropped so the next send
         starts clean; the configuration is whatever the last whole microstep left.
         """
-        result = StepResult()
+        # One record per interpreter, reset per run: a run is never re-entered (a send from
+        # inside it is queued), and the caller reads the record before the next run starts.
+        result = self._result
+        result.taken = 0
+        result.denied = False
+        result.error = None
         self._processing = True
         self._steps = 0
         try:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from xsm_celery.engine.events import Event
     from xsm_celery.engine.invoke import ActorRef
     from xsm_celery.engine.machine import Machine
+    from xsm_celery.engine.runtime import StepResult
     from xsm_celery.engine.timers import Timer
 
 __all__ = ["DONE", "NOT_STARTED", "RUNNING", "STOPPED", "StateView", "state_value"]
@@ -79,6 +80,8 @@ class StateView:
     _mailbox: deque[Event]
     _mailbox_lock: threading.Lock
     _cache: dict[Any, Any]
+    #: The record of the current (or last) run; reset at the start of each.
+    _result: StepResult
     #: The machine's context validator (None: no validation), looked up once.
     _validator: Callable[[dict[str, Any]], Any] | None
     #: What each history state remembers (recorded when its parent exits).
