@@ -371,22 +371,30 @@ class Core(StateView):
             if node.history_children:
                 record_history(node, before, self._history)
             if node.exit:
-                self._record(run_actions(self, node.exit, event), result)
+                error = run_actions(self, node.exit, event)
+                if error is not None:
+                    self._record(error, result)
             if self._timers_by_state and node in self._timers_by_state:
                 timers.cancel_timers(self, node)
             if self._actors and node in self._actors:
                 services.stop_actors(self, node)
         for trans in transitions:
             if trans.actions:
-                self._record(run_actions(self, trans.actions, event), result)
+                error = run_actions(self, trans.actions, event)
+                if error is not None:
+                    self._record(error, result)
         self._config = step.config
         self._leaves = step.leaves
         finals: list[StateNode] | None = None
         for node in step.entries:
             if node.entry:
-                self._record(run_actions(self, node.entry, event), result)
+                error = run_actions(self, node.entry, event)
+                if error is not None:
+                    self._record(error, result)
             if node.after:
-                self._record(timers.arm_timers(self, node, event), result)
+                delay_error = timers.arm_timers(self, node, event)
+                if delay_error is not None:
+                    self._record(delay_error, result)
             if node.invoke:
                 self._pending_invokes.append(node)
             if node.type == "final":
