@@ -642,7 +642,12 @@ class Core(StateView):
     def _clock_next_due(self) -> float | None:
         if self._processing or self._status != RUNNING:
             return None
-        return timers.next_due(self)
+        heap = self._timer_heap
+        if not heap:
+            return None
+        if heap[0][2].cancelled:
+            return timers.next_due(self)
+        return heap[0][0]
 
     def _clock_fire(self, now_ms: float) -> None:
         delivery.fire_due(self, now_ms, most=1)
