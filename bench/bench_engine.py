@@ -8,7 +8,11 @@ feature) ``transitions``, in one process and one run:
   guard, final) from ``start()`` through three failures to success, driven by a
   ``SimulatedClock``; the same plain-function logic on both engines;
 * snapshot / restore: ``get_snapshot()`` and ``from_snapshot()`` of a machine at rest in
-  ``retrying`` with a pending timer.
+  ``retrying`` with a pending timer;
+* history + child: a parent whose ``working`` state invokes a child machine, inside a
+  compound with a deep history state: start, enter ``working`` (the child starts), ``sendTo``
+  the child so it finishes, leave (history recorded), come back through the history state (a
+  new child starts), stop.
 
 Run: ``python -m bench.bench_engine``.
 """
@@ -54,6 +58,36 @@ RETRY = {
 
 FAILURES = 3
 
+CHILD = {
+    "id": "worker",
+    "initial": "busy",
+    "states": {"busy": {"on": {"FINISH": "done"}}, "done": {"type": "final", "output": {"ok": 1}}},
+}
+
+HISTORY_CHILD = {
+    "id": "boss",
+    "initial": "on",
+    "states": {
+        "on": {
+            "initial": "idle",
+            "on": {"PAUSE": "paused"},
+            "states": {
+                "idle": {"on": {"NEXT": "working"}},
+                "working": {
+                    "invoke": {"src": "worker", "id": "kid"},
+                    "on": {
+                        "KICK": {
+                            "actions": {"type": "sendTo", "params": {"to": "kid", "event": "FINISH"}}
+                        }
+                    },
+                },
+                "h": {"type": "history", "history": "deep"},
+            },
+        },
+        "paused": {"on": {"RESUME": "on.h"}},
+    },
+}
+
 
 def _retry_logic(logic_cls: Any) -> Any:
     """The retry chart's logic as plain functions: fail ``FAILURES`` times, then succeed."""
@@ -90,6 +124,18 @@ def _engine(module: Any) -> dict[str, Callable[[], object]]:
             clock.increment(10_000)
         assert interp.status == "done", interp.status
 
+    child = module.create_machine(CHILD)
+    parent = module.create_machine(
+        HISTORY_CHILD, logic=module.MachineLogic(services={"worker": child})
+    )
+
+    def history_child() -> None:
+        interp = module.SyncInterpreter(parent).start()
+        for event in ("NEXT", "KICK", "PAUSE", "RESUME"):
+            interp.send(event)
+        assert interp.current_state_ids == {"boss.on.working"}, interp.current_state_ids
+        interp.stop()  # 0.11.0 runs each child on a thread of its own until it is stopped
+
     clock = module.SimulatedClock()
     resting = module.SyncInterpreter(retry_machine, clock=clock).start()
     assert resting.current_state_ids == {"job.retrying"}
@@ -98,6 +144,7 @@ def _engine(module: Any) -> dict[str, Callable[[], object]]:
     return {
         "toggle send()": lambda: toggle.send("T"),
         "retry loop": retry_loop,
+        "history + child": history_child,
         "get_snapshot()": resting.get_snapshot,
         "from_snapshot()": lambda: module.SyncInterpreter.from_snapshot(
             saved, retry_machine, clock=clock
@@ -128,8 +175,8 @@ def _transitions_toggle() -> Callable[[], object] | None:
     return model.T  # type: ignore[attr-defined, no-any-return]
 
 
-NUMBERS = {"toggle send()": 20_000, "retry loop": 500, "get_snapshot()": 5_000,
-           "from_snapshot()": 5_000}  # fmt: skip
+NUMBERS = {"toggle send()": 20_000, "retry loop": 500, "history + child": 500,
+           "get_snapshot()": 5_000, "from_snapshot()": 5_000}  # fmt: skip
 
 
 def main() -> None:

@@ -36,7 +36,7 @@ def core_modules() -> tuple[str, ...]:
     import importlib.util
 
     names = list(CORE)
-    for sub in ("engine", "patterns", "persistence", "eda", "plugins"):
+    for sub in ("engine", "patterns", "persistence", "eda", "plugins", "charttools", "actions"):
         name = f"xsm_celery.{sub}"
         if importlib.util.find_spec(name) is not None:
             names.append(name)

@@ -13,12 +13,14 @@ uses) to catch everything the library raises on purpose. The tree::
         - InterpreterStoppedError
         - RunawayChainError
         - ChoreographyUnsettledError (also a RuntimeError): run_until_quiet hit max_rounds
-        - AsyncServiceError: SyncInterpreter was handed an async service
+        - AsyncServiceError: SyncInterpreter was handed an async service or action
+        - ContextValidationError: the context failed the machine's context model after a step
         - InvalidEventError (also a TypeError): send() got something that is not an event
         - WorkerLost: a task delivery whose worker died mid-attempt
           - TimeLimitKilled: ... killed by Celery's hard time_limit
         - TaskGaveUp: a task chart reached its dead-letter state without an error
         - MisuseError (also a RuntimeError): an API called out of order
+        - WaitTimeoutError (also a TimeoutError): wait_for's condition was not met
         - SnapshotError: a snapshot that cannot be restored
           - SnapshotCorruptError
           - SnapshotTooLargeError
@@ -54,7 +56,9 @@ from __future__ import annotations
 
 __all__ = [
     "ArgumentTypeError",
+    "MisuseError",
     "UnknownNameError",
+    "WaitTimeoutError",
     "AsyncServiceError",
     "BrokerError",
     "BrokerPublishError",
@@ -66,6 +70,7 @@ __all__ = [
     "ConflictError",
     "DeadlineExceededError",
     "DeferredTooLongError",
+    "ContextValidationError",
     "EnvelopeCorruptError",
     "EnvelopeError",
     "EnvelopeTooLargeError",
@@ -140,14 +145,31 @@ class StateNotFoundError(ChartError):
 class ImplementationMissingError(ChartError):
     """Raised when a chart names an action, guard, service or delay the logic lacks."""
 
-    def __init__(self, kind: str, name: str, *, path: str = "") -> None:
+    def __init__(
+        self,
+        kind: str,
+        name: str,
+        *,
+        path: str = "",
+        missing: tuple[tuple[str, str, str], ...] = (),
+    ) -> None:
         self.kind = kind
         self.name = name
         self.path = path
+        #: Every missing ``(kind, name, path)`` when several were found at once (strict mode).
+        self.missing = missing or ((kind, name, path),)
         where = f"{path}: " if path else ""
-        super().__init__(
+        message = (
             f"{where}unknown {kind} '{name}'; add it to MachineLogic({kind}s={{'{name}': ...}})"
         )
+        if len(self.missing) > 1:
+            listed = "; ".join(f"{p or '<root>'}: {k} '{n}'" for k, n, p in self.missing)
+            kinds = sorted({k for k, _, _ in self.missing})
+            message = (
+                f"{len(self.missing)} implementations are missing: {listed}; add them to "
+                f"MachineLogic({', '.join(f'{k}s=' for k in kinds)}...)"
+            )
+        super().__init__(message)
 
 
 class NotSupportedError(ChartError):
@@ -198,6 +220,21 @@ class AsyncServiceError(ExecutionError):
     The synchronous interpreter cannot await; the service's ``onError`` sees this error, and
     the fix is the async ``Interpreter`` or a blocking service.
     """
+
+
+class ContextValidationError(ExecutionError):
+    """Raised (and recorded, contained) when the context fails the machine's context model.
+
+    ``machine_id`` names the machine; ``errors`` holds the validator's complaint as text.
+    """
+
+    def __init__(self, machine_id: str, errors: str) -> None:
+        self.machine_id = machine_id
+        self.errors = errors
+        super().__init__(
+            f"machine {machine_id!r}: context failed its model after a step: {errors}; fix "
+            "the action that wrote it, or the model"
+        )
 
 
 class InvalidEventError(ExecutionError, TypeError):
@@ -434,6 +471,11 @@ class UnknownNameError(ConfigurationError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class WaitTimeoutError(ExecutionError, TimeoutError):
+    """Raised by ``Interpreter.wait_for`` when its condition is not met in time, or can no
+    longer become true because the machine stopped (also a ``TimeoutError``)."""
 
 
 class MisuseError(ExecutionError, RuntimeError):

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
+from tests.engine.drivers import Interp
 from tests.engine.helpers import Recorder, note
-from xsm_celery import Event, MachineLogic, SyncInterpreter, create_machine
+from xsm_celery import Event, MachineLogic, create_machine
 
 
 def boom(interp: Any, ctx: Any, event: Any, action: Any) -> None:
@@ -45,10 +46,10 @@ def chart() -> dict[str, Any]:
     }
 
 
-def started(recorder: Recorder | None = None) -> SyncInterpreter:
+def started(recorder: Recorder | None = None) -> Any:
     """A started interpreter of :func:`chart`."""
     logic = MachineLogic(actions={"note": note, "boom": boom})
-    interp = SyncInterpreter(create_machine(chart(), logic=logic))
+    interp = Interp(create_machine(chart(), logic=logic))
     if recorder is not None:
         interp.use(recorder)
     return interp.start()
@@ -97,7 +98,7 @@ def test_action_receives_interpreter_context_event_and_definition() -> None:
         seen.append((interp, ctx is interp.context, event.type, event.payload, action.type, action.params))
 
     config = {"id": "m", "initial": "a", "states": {"a": {"on": {"E": {"actions": {"type": "spy", "params": {"k": 1}}}}}}}
-    interp = SyncInterpreter(create_machine(config, logic=MachineLogic(actions={"spy": spy}))).start()
+    interp = Interp(create_machine(config, logic=MachineLogic(actions={"spy": spy}))).start()
     interp.send("E", x=2)
     assert seen == [(interp, True, "E", {"x": 2}, "spy", {"k": 1})]
 
@@ -107,8 +108,8 @@ def test_context_is_a_mutable_copy_per_interpreter() -> None:
     config = {"id": "m", "initial": "a", "context": {"items": []}, "states": {"a": {"on": {"ADD": {"actions": "add"}}}}}
     logic = MachineLogic(actions={"add": lambda i, c, e, a: c["items"].append(e.payload["v"])})
     machine = create_machine(config, logic=logic)
-    one = SyncInterpreter(machine).start()
-    two = SyncInterpreter(machine).start()
+    one = Interp(machine).start()
+    two = Interp(machine).start()
     one.send("ADD", v=1)
     assert one.context["items"] == [1]
     assert two.context["items"] == []
@@ -118,7 +119,7 @@ def test_context_is_a_mutable_copy_per_interpreter() -> None:
 def test_context_can_be_replaced_with_a_dict_only() -> None:
     """Assigning a dict to .context replaces it; anything else is a TypeError."""
     config = {"id": "m", "initial": "a", "states": {"a": {}}}
-    interp = SyncInterpreter(create_machine(config)).start()
+    interp = Interp(create_machine(config)).start()
     interp.context = {"fresh": True}
     assert interp.context == {"fresh": True}
     with pytest.raises(TypeError):

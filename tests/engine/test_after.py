@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 
 from tests.charts import load
+from tests.engine.drivers import Interp
 from tests.engine.helpers import Recorder
 from xsm_celery import (
     MachineLogic,
     RunawayChainError,
     SimulatedClock,
-    SyncInterpreter,
     create_machine,
 )
 from xsm_celery.engine import WallClock
@@ -37,7 +37,7 @@ def timed(after: dict[str, Any], **extra: Any) -> dict[str, Any]:
 def test_literal_delay_fires_exactly_on_time() -> None:
     """after: {1000: ...} fires when the clock reaches 1000 ms, not a millisecond before."""
     clock = SimulatedClock()
-    interp = SyncInterpreter(create_machine(timed({"1000": "timeout"})), clock=clock).start()
+    interp = Interp(create_machine(timed({"1000": "timeout"})), clock=clock).start()
     clock.increment(999)
     assert interp.value == "waiting"
     clock.increment(1)
@@ -51,7 +51,7 @@ def test_named_delay_number_or_callable(delay: Any) -> None:
     config["context"]["ms"] = 250
     clock = SimulatedClock()
     logic = MachineLogic(delays={"wait": delay})
-    interp = SyncInterpreter(create_machine(config, logic=logic), clock=clock).start()
+    interp = Interp(create_machine(config, logic=logic), clock=clock).start()
     clock.increment(249)
     assert interp.value == "waiting"
     clock.increment(1)
@@ -61,7 +61,7 @@ def test_named_delay_number_or_callable(delay: Any) -> None:
 def test_timer_is_cancelled_when_its_state_exits() -> None:
     """Leaving the state before the delay cancels its timer for good."""
     clock = SimulatedClock()
-    interp = SyncInterpreter(create_machine(timed({"100": "timeout"})), clock=clock).start()
+    interp = Interp(create_machine(timed({"100": "timeout"})), clock=clock).start()
     clock.increment(50)
     interp.send("LEAVE")
     clock.increment(1000)
@@ -72,7 +72,7 @@ def test_timer_is_cancelled_when_its_state_exits() -> None:
 def test_reentering_restarts_the_timer() -> None:
     """Coming back re-arms the timer from the moment of re-entry."""
     clock = SimulatedClock()
-    interp = SyncInterpreter(create_machine(timed({"100": "timeout"})), clock=clock).start()
+    interp = Interp(create_machine(timed({"100": "timeout"})), clock=clock).start()
     clock.increment(90)
     interp.send("LEAVE")
     interp.send("BACK")
@@ -85,7 +85,7 @@ def test_reentering_restarts_the_timer() -> None:
 def test_several_timers_in_one_state_fire_in_due_order() -> None:
     """With two delays the earlier one wins and cancels the later one by leaving."""
     clock = SimulatedClock()
-    interp = SyncInterpreter(
+    interp = Interp(
         create_machine(timed({"500": "late", "200": "early"})), clock=clock
     ).start()
     clock.increment(10_000)
@@ -97,7 +97,7 @@ def test_guarded_timer_candidates() -> None:
     config = timed({"100": [{"guard": "never", "target": "early"}, {"target": "late"}]})
     logic = MachineLogic(guards={"never": lambda c, e: False})
     clock = SimulatedClock()
-    interp = SyncInterpreter(create_machine(config, logic=logic), clock=clock).start()
+    interp = Interp(create_machine(config, logic=logic), clock=clock).start()
     clock.increment(100)
     assert interp.value == "late"
 
@@ -106,7 +106,7 @@ def test_timer_event_reaches_plugins_with_its_name() -> None:
     """A fired timer is an event named after.<delay>.<state id> that plugins see."""
     recorder = Recorder()
     clock = SimulatedClock()
-    interp = SyncInterpreter(create_machine(timed({"100": "timeout"})), clock=clock)
+    interp = Interp(create_machine(timed({"100": "timeout"})), clock=clock)
     interp.use(recorder).start()
     clock.increment(100)
     assert "after.100.m.waiting" in recorder.of("on_event_received")
@@ -119,7 +119,7 @@ def test_many_interpreters_on_one_clock_fire_in_global_order() -> None:
     clock = SimulatedClock()
     for name, ms in (("slow", 300), ("fast", 100), ("mid", 200)):
         logic = MachineLogic(delays={"d": ms}, actions={"log": lambda i, c, e, a, n=name: fired.append(n)})
-        SyncInterpreter(create_machine(config, logic=logic), clock=clock).start()
+        Interp(create_machine(config, logic=logic), clock=clock).start()
     clock.increment(1000)
     assert fired == ["fast", "mid", "slow"]
 
@@ -128,7 +128,7 @@ def test_zero_delay_cycle_is_a_runaway() -> None:
     """Two states bouncing on after: 0 raise RunawayChainError from increment()."""
     config = {"id": "m", "initial": "a", "states": {"a": {"after": {"0": "b"}}, "b": {"after": {"0": "a"}}}}
     clock = SimulatedClock()
-    SyncInterpreter(create_machine(config), clock=clock).start()
+    Interp(create_machine(config), clock=clock).start()
     with pytest.raises(RunawayChainError):
         clock.increment(0)
 
@@ -140,7 +140,7 @@ def test_bad_delay_value_is_contained(bad: Any, caplog: pytest.LogCaptureFixture
     machine = create_machine(config, logic=MachineLogic(delays={"d": 5}))
     machine.get_state("waiting").after[0].delay_fn = bad
     clock = SimulatedClock()
-    interp = SyncInterpreter(machine, clock=clock).start()
+    interp = Interp(machine, clock=clock).start()
     clock.increment(1000)
     assert interp.value == "waiting"
     assert isinstance(interp.last_error, (ValueError, TypeError, ZeroDivisionError))
@@ -150,7 +150,7 @@ def test_bad_delay_value_is_contained(bad: Any, caplog: pytest.LogCaptureFixture
 def test_stop_cancels_timers() -> None:
     """stop() cancels every pending timer."""
     clock = SimulatedClock()
-    interp = SyncInterpreter(create_machine(timed({"100": "timeout"})), clock=clock).start()
+    interp = Interp(create_machine(timed({"100": "timeout"})), clock=clock).start()
     interp.stop()
     clock.increment(1000)
     assert interp.value == "waiting"
@@ -162,7 +162,7 @@ def test_wall_clock_timers_fire_on_tick(monkeypatch: pytest.MonkeyPatch) -> None
     now = [1_000.0]
     clock = WallClock()
     monkeypatch.setattr(clock, "now", lambda: now[0])
-    interp = SyncInterpreter(create_machine(timed({"100": "timeout"})), clock=clock).start()
+    interp = Interp(create_machine(timed({"100": "timeout"})), clock=clock).start()
     now[0] += 150
     assert interp.value == "waiting"
     interp.tick()
@@ -177,7 +177,7 @@ def test_wall_clock_due_timer_fires_before_the_next_event() -> None:
         def now(self) -> float:
             return now[0]
 
-    interp = SyncInterpreter(create_machine(timed({"100": "timeout"})), clock=Manual()).start()
+    interp = Interp(create_machine(timed({"100": "timeout"})), clock=Manual()).start()
     now[0] = 100
     interp.send("LEAVE")
     assert interp.value == "timeout"
@@ -203,7 +203,7 @@ def test_retry_chart_from_fixture_backs_off() -> None:
         services={"work": work},
         delays={"retryDelay": lambda c, e: 100 * 2 ** (c["attempt"] - 1)},
     )
-    interp = SyncInterpreter(create_machine(load("retry"), logic=logic), clock=clock).start()
+    interp = Interp(create_machine(load("retry"), logic=logic), clock=clock).start()
     clock.increment(10_000)
     assert interp.matches("job.done")
     assert calls == [0.0, 100.0, 300.0]
@@ -219,7 +219,7 @@ def test_cancelled_timers_do_not_pile_up() -> None:
             "fast": {"initial": "x", "states": {"x": {"after": {"1000": "x"}, "on": {"HOP": {"target": "x", "reenter": True}}}}},
         },
     }
-    interp = SyncInterpreter(create_machine(config), clock=SimulatedClock()).start()
+    interp = Interp(create_machine(config), clock=SimulatedClock()).start()
     for _ in range(1000):
         interp.send("HOP")
     assert len(interp.pending_timers()) == 2

@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from tests.charts import load
+from tests.engine.drivers import Interp
 from tests.engine.helpers import player_logic
-from xsm_celery import MachineLogic, RunawayChainError, SyncInterpreter, create_machine
+from xsm_celery import MachineLogic, RunawayChainError, create_machine
 
 
 def counter_chart() -> dict[str, Any]:
@@ -41,12 +42,12 @@ def test_always_settles_inside_start() -> None:
         "initial": "a",
         "states": {"a": {"always": "b"}, "b": {"always": {"target": "c"}}, "c": {}},
     }
-    assert SyncInterpreter(create_machine(config)).start().value == "c"
+    assert Interp(create_machine(config)).start().value == "c"
 
 
 def test_always_loop_runs_until_its_guard_passes() -> None:
     """A guarded eventless loop runs until the guard stops it, within one send()."""
-    interp = SyncInterpreter(create_machine(counter_chart(), logic=counter_logic())).start()
+    interp = Interp(create_machine(counter_chart(), logic=counter_logic())).start()
     interp.send("GO")
     assert interp.value == "full"
     assert interp.context["n"] == 3
@@ -54,7 +55,7 @@ def test_always_loop_runs_until_its_guard_passes() -> None:
 
 def test_always_reacts_to_context_changed_by_a_later_event() -> None:
     """A guard that was false is re-checked after every event's step."""
-    interp = SyncInterpreter(create_machine(load("player"), logic=player_logic())).start()
+    interp = Interp(create_machine(load("player"), logic=player_logic())).start()
     interp.send("PLAY")
     interp.send("SEEK")
     assert interp.value == {"active": "seeking"}
@@ -66,7 +67,7 @@ def test_runaway_chain_raises_from_start() -> None:
     """Two states bouncing with unguarded 'always' raise RunawayChainError from start()."""
     config = {"id": "m", "initial": "a", "states": {"a": {"always": "b"}, "b": {"always": "a"}}}
     with pytest.raises(RunawayChainError) as caught:
-        SyncInterpreter(create_machine(config)).start()
+        Interp(create_machine(config)).start()
     assert caught.value.limit == 1000
     assert "always" in str(caught.value)
 
@@ -75,7 +76,7 @@ def test_runaway_chain_raises_from_send_and_interpreter_survives() -> None:
     """A runaway reached by an event raises from send(); the interpreter still answers."""
     config = counter_chart()
     config["context"]["limit"] = 10**9
-    interp = SyncInterpreter(create_machine(config, logic=counter_logic())).start()
+    interp = Interp(create_machine(config, logic=counter_logic())).start()
     with pytest.raises(RunawayChainError):
         interp.send("GO")
     assert interp.status == "running"
@@ -91,7 +92,7 @@ def test_events_ping_ponged_by_actions_are_a_runaway() -> None:
         "states": {"a": {"on": {"PING": {"target": "b", "actions": "pong"}}}, "b": {"on": {"PING": {"target": "a", "actions": "pong"}}}},
     }
     logic = MachineLogic(actions={"pong": lambda i, c, e, a: i.send("PING")})
-    interp = SyncInterpreter(create_machine(config, logic=logic)).start()
+    interp = Interp(create_machine(config, logic=logic)).start()
     with pytest.raises(RunawayChainError, match="kept sending"):
         interp.send("PING")
 
@@ -115,7 +116,7 @@ def test_always_on_an_ancestor_applies_to_its_children() -> None:
         guards={"stop": lambda ctx, e: ctx["stop"]},
         actions={},
     )
-    interp = SyncInterpreter(create_machine(config, logic=logic)).start()
+    interp = Interp(create_machine(config, logic=logic)).start()
     interp.send("NEXT")
     assert interp.value == {"p": "b"}
     interp.context["stop"] = True

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from xsm_celery import MachineLogic, SimulatedClock, SyncInterpreter, create_machine, from_callback
+from tests.engine.drivers import Interp
+from xsm_celery import MachineLogic, SimulatedClock, create_machine, from_callback
 from xsm_celery.engine import CallbackLogic
 
 
@@ -68,7 +69,7 @@ def test_send_back_delivers_on_the_next_step() -> None:
     """Events posted with send_back run at the owner's next send, tick or clock increment."""
     sockets: list[Socket] = []
     clock = SimulatedClock()
-    interp = SyncInterpreter(machine_for(sockets), clock=clock).start()
+    interp = Interp(machine_for(sockets), clock=clock).start()
     interp.send("OPEN")
     sockets[0].send_back("MESSAGE", text="hi")
     assert interp.context["messages"] == []
@@ -82,7 +83,7 @@ def test_send_back_delivers_on_the_next_step() -> None:
 def test_cleanup_runs_once_when_the_state_exits() -> None:
     """Leaving the invoking state calls the cleanup exactly once."""
     sockets: list[Socket] = []
-    interp = SyncInterpreter(machine_for(sockets)).start()
+    interp = Interp(machine_for(sockets)).start()
     interp.send("OPEN")
     interp.send("DROPPED")
     interp.send("DROPPED")
@@ -93,7 +94,7 @@ def test_cleanup_runs_on_reentry_timer_exit_stop_and_done() -> None:
     """Re-entry, a timer, stop() and reaching a final state each clean up the live actor once."""
     sockets: list[Socket] = []
     clock = SimulatedClock()
-    interp = SyncInterpreter(machine_for(sockets), clock=clock).start()
+    interp = Interp(machine_for(sockets), clock=clock).start()
     interp.send("OPEN")
     interp.send("RECONNECT")
     clock.increment(5000)
@@ -109,7 +110,7 @@ def test_cleanup_runs_on_reentry_timer_exit_stop_and_done() -> None:
 def test_stop_cleans_up_a_running_actor_once() -> None:
     """stop() while the actor runs calls its cleanup once; a second stop does nothing."""
     sockets: list[Socket] = []
-    interp = SyncInterpreter(machine_for(sockets)).start()
+    interp = Interp(machine_for(sockets)).start()
     interp.send("OPEN")
     interp.stop()
     interp.stop()
@@ -120,7 +121,7 @@ def test_stop_cleans_up_a_running_actor_once() -> None:
 def test_events_from_a_stopped_actor_are_dropped() -> None:
     """After cleanup, the old actor's send_back no longer reaches the machine."""
     sockets: list[Socket] = []
-    interp = SyncInterpreter(machine_for(sockets)).start()
+    interp = Interp(machine_for(sockets)).start()
     interp.send("OPEN")
     old = sockets[0]
     interp.send("DROPPED")
@@ -133,7 +134,7 @@ def test_events_from_a_stopped_actor_are_dropped() -> None:
 def test_receive_gets_events_sent_to_the_actor() -> None:
     """interp.send_to(actor_id, ...) reaches the handlers registered with receive()."""
     sockets: list[Socket] = []
-    interp = SyncInterpreter(machine_for(sockets)).start()
+    interp = Interp(machine_for(sockets)).start()
     interp.send("OPEN")
     interp.send_to("sock", "PING", n=1)
     assert [(e.type, e.payload) for e in sockets[0].sent] == [("PING", {"n": 1})]
@@ -145,7 +146,7 @@ def test_receive_gets_events_sent_to_the_actor() -> None:
 
 def test_setup_that_raises_goes_to_on_error() -> None:
     """An exception from the setup function is the invocation's error."""
-    interp = SyncInterpreter(machine_for([], fail=True)).start()
+    interp = Interp(machine_for([], fail=True)).start()
     interp.send("OPEN")
     assert interp.value == "broken"
     assert interp.children == {}

@@ -11,7 +11,6 @@ from xsm_celery import (
     ImplementationMissingError,
     InvalidConfigError,
     MachineLogic,
-    NotSupportedError,
     StateNotFoundError,
     SyncInterpreter,
     create_machine,
@@ -85,14 +84,22 @@ def test_unknown_custom_id_target_is_refused() -> None:
         create_machine(chart(a={"on": {"GO": "#ghost"}}))
 
 
-def test_history_states_are_not_supported() -> None:
-    """A history state is refused up front with NotSupportedError, not misbehaving later."""
-    config = chart(a={"initial": "b", "states": {"b": {}, "h": {"type": "history"}}})
-    with pytest.raises(NotSupportedError, match="history") as caught:
-        create_machine(config)
-    assert isinstance(caught.value, ChartError)
-    assert caught.value.path == "states.a.states.h.type"
-    assert str(caught.value).startswith("states.a.states.h.type: ")
+@pytest.mark.parametrize(
+    ("a", "where"),
+    [
+        ({"states": {"b": {}, "h": {"type": "history", "states": {"x": {}}}}}, "states.a.states.h.states"),
+        ({"states": {"b": {}, "h": {"type": "history", "on": {"E": "b"}}}}, "states.a.states.h.on"),
+        ({"states": {"b": {}, "h": {"type": "history", "history": "wide"}}}, "states.a.states.h.history"),
+        ({"initial": "h", "states": {"b": {}, "h": {"type": "history"}}}, "states.a.initial"),
+        ({"states": {"h": {"type": "history"}}}, "states.a.states"),
+        ({"states": {"b": {}, "h": {"type": "history", "target": "#m"}}}, "states.a.states.h.target"),
+    ],
+)
+def test_malformed_history_states_are_refused_with_their_path(a: dict[str, Any], where: str) -> None:
+    """A history state with children, transitions, a bad kind, as initial, alone, or defaulting outside is refused."""
+    with pytest.raises(InvalidConfigError) as caught:
+        create_machine(chart(a=a, z={}))
+    assert caught.value.path == where
 
 
 def test_unknown_keys_are_ignored_unless_strict() -> None:
@@ -132,14 +139,33 @@ def test_strict_mode_checks_transition_and_invoke_keys() -> None:
         (chart(a={"after": {"retryDelay": "a"}}), "delay", "retryDelay", "states.a.after"),
     ],
 )
-def test_missing_implementation_is_refused_when_logic_is_given(
+def test_missing_implementation_is_refused_under_strict_config(
     config: dict[str, Any], kind: str, name: str, where: str
 ) -> None:
-    """With a MachineLogic, a name it lacks raises ImplementationMissingError at create time."""
+    """With strict_config and a MachineLogic, a name it lacks is refused at create time."""
+    create_machine(config, logic=MachineLogic())
     with pytest.raises(ImplementationMissingError) as caught:
-        create_machine(config, logic=MachineLogic())
+        create_machine(config, logic=MachineLogic(), strict_config=True)
     assert (caught.value.kind, caught.value.name, caught.value.path) == (kind, name, where)
     assert f"MachineLogic({kind}s=" in str(caught.value)
+
+
+def test_strict_config_lists_every_missing_name_with_its_path() -> None:
+    """One strict refusal names every missing action, guard, service and delay."""
+    config = chart(
+        a={"entry": "hello", "on": {"E": {"target": "b", "guard": "ok"}}},
+        b={"invoke": {"src": "work"}, "after": {"later": "a"}},
+    )
+    with pytest.raises(ImplementationMissingError) as caught:
+        create_machine(config, logic=MachineLogic(), strict_config=True)
+    assert caught.value.missing == (
+        ("action", "hello", "states.a.entry"),
+        ("guard", "ok", "states.a.on.E.guard"),
+        ("service", "work", "states.b.invoke"),
+        ("delay", "later", "states.b.after"),
+    )
+    assert "4 implementations are missing" in str(caught.value)
+    assert "states.b.after: delay 'later'" in str(caught.value)
 
 
 def test_without_logic_names_are_not_checked() -> None:
@@ -149,13 +175,33 @@ def test_without_logic_names_are_not_checked() -> None:
     assert machine.structure_hash
 
 
-def test_missing_action_at_run_time_is_contained() -> None:
-    """Running a chart built without logic records ImplementationMissingError, no crash."""
-    machine = create_machine(chart(a={"on": {"E": {"target": "b", "actions": "nope"}}}, b={}))
+@pytest.mark.parametrize(
+    ("a", "kind"),
+    [
+        ({"on": {"E": {"target": "b", "actions": "nope"}}}, "action"),
+        ({"on": {"E": {"target": "b", "guard": "nope"}}}, "guard"),
+        ({"on": {"E": "c"}}, "service"),
+        ({"on": {"E": "d"}}, "delay"),
+        ({"exit": "nope", "on": {"E": "b"}}, "action"),
+    ],
+)
+def test_a_missing_piece_raises_when_first_needed_and_changes_nothing(a: dict[str, Any], kind: str) -> None:
+    """Incomplete logic builds; the send that needs the missing name raises it, state unchanged."""
+    config = chart(a=a, b={}, c={"invoke": {"src": "nope"}}, d={"after": {"nope": "a"}})
+    machine = create_machine(config, logic=MachineLogic())
     interp = SyncInterpreter(machine).start()
-    receipt = interp.send("E", wait=True)
-    assert interp.value == "b"
-    assert isinstance(receipt.error, ImplementationMissingError)
+    with pytest.raises(ImplementationMissingError) as caught:
+        interp.send("E")
+    assert (caught.value.kind, caught.value.name) == (kind, "nope")
+    assert interp.value == "a"
+    assert interp.status == "running"
+
+
+def test_missing_piece_in_the_initial_states_raises_from_start() -> None:
+    """An entry action of the initial state that the logic lacks raises from start()."""
+    machine = create_machine(chart(a={"entry": "nope"}), logic=MachineLogic())
+    with pytest.raises(ImplementationMissingError):
+        SyncInterpreter(machine).start()
 
 
 def test_compound_without_initial_enters_its_first_child() -> None:
@@ -270,8 +316,17 @@ def test_machine_version_and_config_are_exposed() -> None:
 def test_machine_config_is_a_copy() -> None:
     """Mutating the caller's dict after create_machine changes nothing in the machine."""
     config = load("toggle")
-    machine = create_machine(config)
+    machine = create_machine(config, logic=MachineLogic(actions={"count": lambda *a: None}))
     config["states"]["off"]["on"]["FLIP"] = "off"
     interp = SyncInterpreter(machine, clock=None).start()
     interp.send("FLIP")
     assert interp.value == "on"
+
+
+def test_require_complete_refuses_what_create_machine_allowed() -> None:
+    """machine.missing lists the gaps; require_complete() raises them, a complete machine passes."""
+    machine = create_machine(chart(a={"entry": "hello"}), logic=MachineLogic())
+    assert machine.missing == (("action", "hello", "states.a.entry"),)
+    with pytest.raises(ImplementationMissingError, match="unknown action 'hello'"):
+        machine.require_complete()
+    create_machine(chart(a={"entry": "hello"}), logic=MachineLogic(actions={"hello": lambda *a: None})).require_complete()

@@ -6,19 +6,19 @@ from typing import Any
 
 import pytest
 
+from tests.engine.drivers import Interp
 from xsm_celery import (
     Event,
     InterpreterStoppedError,
     MachineLogic,
     SimulatedClock,
-    SyncInterpreter,
     create_machine,
     from_callback,
 )
 from xsm_celery.engine import ENGINE_EVENT_PREFIXES, EngineEvent, is_engine_event_type
 
 
-def saga() -> SyncInterpreter:
+def saga() -> Any:
     """A step waiting on an actor and a timeout; only engine events may move it."""
     config = {
         "id": "saga",
@@ -35,7 +35,7 @@ def saga() -> SyncInterpreter:
         },
     }
     logic = MachineLogic(services={"charge": from_callback(lambda *a: None)})
-    return SyncInterpreter(create_machine(config, logic=logic), clock=SimulatedClock()).start()
+    return Interp(create_machine(config, logic=logic), clock=SimulatedClock()).start()
 
 
 @pytest.mark.parametrize(
@@ -101,7 +101,7 @@ def test_send_to_a_stopped_interpreter_is_dropped_with_a_receipt_error() -> None
 def test_send_before_start_is_dropped() -> None:
     """An interpreter that is not started yet drops events."""
     machine = create_machine({"id": "m", "initial": "a", "states": {"a": {"on": {"GO": "b"}}, "b": {}}})
-    interp = SyncInterpreter(machine)
+    interp = Interp(machine)
     interp.send("GO")
     assert interp.start().value == "a"
 

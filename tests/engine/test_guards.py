@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
+from tests.engine.drivers import Interp
 from tests.engine.helpers import Recorder
-from xsm_celery import Event, MachineLogic, SyncInterpreter, create_machine
+from xsm_celery import Event, MachineLogic, create_machine
 
 
 def gated(guard: Any) -> dict[str, Any]:
@@ -24,9 +25,9 @@ def gated(guard: Any) -> dict[str, Any]:
     }
 
 
-def go(guards: dict[str, Any], guard: Any, **payload: Any) -> SyncInterpreter:
+def go(guards: dict[str, Any], guard: Any, **payload: Any) -> Any:
     """Start the gated chart and send GO with ``payload``."""
-    interp = SyncInterpreter(create_machine(gated(guard), logic=MachineLogic(guards=guards))).start()
+    interp = Interp(create_machine(gated(guard), logic=MachineLogic(guards=guards))).start()
     interp.send("GO", **payload)
     return interp
 
@@ -63,7 +64,7 @@ def test_raising_guard_is_false_logged_and_reported(caplog: pytest.LogCaptureFix
         raise KeyError("missing")
 
     machine = create_machine(gated("broken"), logic=MachineLogic(guards={"broken": broken}))
-    interp = SyncInterpreter(machine).use(recorder).start()
+    interp = Interp(machine).use(recorder).start()
     receipt = interp.send("GO", wait=True)
     assert interp.value == "closed"
     assert receipt.error is None
@@ -80,7 +81,7 @@ def test_guard_results_reach_plugins() -> None:
     guards = {"no": lambda c, e: False, "yes": lambda c, e: True}
     config = gated("no")
     config["states"]["a"]["on"]["GO"].insert(1, {"guard": "yes", "target": "open"})
-    interp = SyncInterpreter(create_machine(config, logic=MachineLogic(guards=guards)))
+    interp = Interp(create_machine(config, logic=MachineLogic(guards=guards)))
     interp.use(recorder).start()
     interp.send("GO")
     assert recorder.of("on_guard_evaluated") == [("no", False), ("yes", True)]
@@ -91,3 +92,39 @@ def test_guard_result_is_coerced_to_bool() -> None:
     """A guard returning a truthy non-bool value passes; a falsy one does not."""
     assert go({"g": lambda c, e: [1]}, "g").value == "open"
     assert go({"g": lambda c, e: 0}, "g").value == "closed"
+
+
+def test_selection_entry_points_answer_outside_a_step() -> None:
+    """evaluate_guard, first_enabled and select_transitions give the step's answer, contained."""
+    from xsm_celery.engine.selection import (
+        DENIED,
+        evaluate_guard,
+        first_enabled,
+        select_transitions,
+    )
+
+    def boom(ctx: Any, e: Any) -> bool:
+        raise RuntimeError("guard broke")
+
+    config = {
+        "id": "m",
+        "initial": "a",
+        "states": {
+            "a": {"on": {"GO": [{"guard": "big", "target": "b"}, {"guard": "boom", "target": "c"}]}},
+            "b": {},
+            "c": {},
+        },
+    }
+    logic = MachineLogic(guards={"big": lambda ctx, e: ctx["n"] > 5, "boom": boom})
+    interp = Interp(create_machine(config, logic=logic)).start()
+    interp.context["n"] = 1
+    candidates = interp.machine.get_state("m.a").on["GO"]
+    assert evaluate_guard(candidates[0].guard, {"n": 9}, Event("GO")) is True
+    assert evaluate_guard(candidates[1].guard, {"n": 9}, Event("GO")) is False
+    assert first_enabled(candidates, {"n": 9}, Event("GO")) is candidates[0]
+    assert first_enabled(candidates, {"n": 1}, Event("GO")) is None
+    assert select_transitions(interp, Event("GO")) == DENIED
+    assert select_transitions(interp, Event("NOPE")) is None
+    interp.context["n"] = 7
+    assert select_transitions(interp, Event("GO")) == (candidates[0],)
+    assert interp.value == "a"

@@ -7,14 +7,15 @@ from typing import Any
 import pytest
 
 from tests.charts import load
+from tests.engine.drivers import Interp
 from tests.engine.helpers import Recorder, note
-from xsm_celery import MachineLogic, StateNotFoundError, SyncInterpreter, create_machine
+from xsm_celery import MachineLogic, StateNotFoundError, create_machine
 
 
-def started(config: dict[str, Any], **logic: Any) -> SyncInterpreter:
+def started(config: dict[str, Any], **logic: Any) -> Any:
     """A started interpreter of ``config`` with ``note`` plus the given logic."""
     actions = {"note": note, **logic.pop("actions", {})}
-    return SyncInterpreter(create_machine(config, logic=MachineLogic(actions=actions, **logic))).start()
+    return Interp(create_machine(config, logic=MachineLogic(actions=actions, **logic))).start()
 
 
 def say(text: str) -> dict[str, Any]:
@@ -211,7 +212,7 @@ def test_top_level_final_ends_the_machine() -> None:
     """Reaching a final child of the root sets status done, records output and calls on_done."""
     recorder = Recorder()
     machine = create_machine(load("upload"), logic=MachineLogic(actions={"note": note}))
-    interp = SyncInterpreter(machine).use(recorder).start()
+    interp = Interp(machine).use(recorder).start()
     interp.send("CANCEL")
     assert interp.status == "done"
     assert interp.output == {"ok": False}

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tests.charts import load
+from tests.engine.drivers import Interp
 from tests.engine.helpers import note
-from xsm_celery import MachineLogic, SimulatedClock, SyncInterpreter, create_machine
+from xsm_celery import MachineLogic, SimulatedClock, create_machine
 
 
-def upload() -> SyncInterpreter:
+def upload() -> Any:
     """An unstarted interpreter of the upload fixture on a clock at wall time 1000 s."""
     machine = create_machine(load("upload"), logic=MachineLogic(actions={"note": note}))
-    return SyncInterpreter(machine, clock=SimulatedClock(wall_start=1000.0))
+    return Interp(machine, clock=SimulatedClock(wall_start=1000.0))
 
 
 def test_status_goes_not_started_running_done() -> None:

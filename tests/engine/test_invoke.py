@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
+from tests.engine.drivers import Interp
 from tests.engine.helpers import Recorder
-from xsm_celery import MachineLogic, SyncInterpreter, create_machine
+from xsm_celery import ImplementationMissingError, MachineLogic, create_machine
 from xsm_celery.errors import AsyncServiceError
 
 
@@ -38,10 +39,10 @@ def keep(interp: Any, ctx: dict[str, Any], event: Any, action: Any) -> None:
     ctx["got"] = (event.type, event.data)
 
 
-def started(fetch: Any, recorder: Recorder | None = None, **invoke: Any) -> SyncInterpreter:
+def started(fetch: Any, recorder: Recorder | None = None, **invoke: Any) -> Any:
     """A started interpreter of :func:`fetch_chart` with ``fetch`` as the service."""
     logic = MachineLogic(services={"fetch": fetch}, actions={"keep": keep})
-    interp = SyncInterpreter(create_machine(fetch_chart(**invoke), logic=logic))
+    interp = Interp(create_machine(fetch_chart(**invoke), logic=logic))
     if recorder is not None:
         interp.use(recorder)
     return interp.start()
@@ -105,7 +106,7 @@ def test_service_of_a_state_left_in_the_same_step_never_runs() -> None:
         "states": {"a": {"invoke": {"src": "work"}, "always": "b"}, "b": {}},
     }
     logic = MachineLogic(services={"work": lambda i, c, e: calls.append(1)})
-    SyncInterpreter(create_machine(config, logic=logic)).start()
+    Interp(create_machine(config, logic=logic)).start()
     assert calls == []
 
 
@@ -137,29 +138,34 @@ def test_failure_without_on_error_is_logged_and_contained(caplog: pytest.LogCapt
     def work(i: Any, c: Any, e: Any) -> None:
         raise RuntimeError("nobody listens")
 
-    interp = SyncInterpreter(create_machine(config, logic=MachineLogic(services={"work": work}))).start()
+    interp = Interp(create_machine(config, logic=MachineLogic(services={"work": work}))).start()
     assert interp.value == "a"
     assert "has no onError" in caplog.text
 
 
-def test_async_service_on_sync_interpreter_goes_to_on_error() -> None:
-    """SyncInterpreter cannot await: an async service fails with AsyncServiceError."""
+def test_async_service_runs_on_the_async_interpreter_and_is_refused_by_the_sync_one() -> None:
+    """An async service reaches onDone on Interpreter; SyncInterpreter fails it with AsyncServiceError."""
 
     async def fetch(i: Any, ctx: Any, e: Any) -> int:
         return 1
 
     interp = started(fetch)
     interp.send("LOAD")
-    assert interp.value == "failed"
-    assert isinstance(interp.context["got"][1], AsyncServiceError)
+    if Interp.is_async:
+        assert interp.value == "ready"
+        assert interp.context["got"] == ("done.invoke.m.loading", 1)
+    else:
+        assert interp.value == "failed"
+        assert isinstance(interp.context["got"][1], AsyncServiceError)
 
 
-def test_missing_service_goes_to_on_error() -> None:
-    """With no logic bound, the missing service fails into onError at run time."""
+def test_missing_service_raises_when_its_state_would_be_entered() -> None:
+    """With no logic bound, the send that would start the missing service raises; state kept."""
     machine = create_machine(fetch_chart())
-    interp = SyncInterpreter(machine).start()
-    interp.send("LOAD")
-    assert interp.value == "failed"
+    interp = Interp(machine).start()
+    with pytest.raises(ImplementationMissingError, match="fetch"):
+        interp.send("LOAD")
+    assert interp.value == "idle"
 
 
 def test_two_invocations_in_one_state_get_distinct_ids() -> None:
@@ -181,5 +187,5 @@ def test_two_invocations_in_one_state_get_distinct_ids() -> None:
         services={"one": lambda i, c, e: 1, "two": lambda i, c, e: 2},
         actions={"keep": lambda i, c, e, a: got.append(f"{e.type}={e.data}")},
     )
-    SyncInterpreter(create_machine(config, logic=logic)).start()
+    Interp(create_machine(config, logic=logic)).start()
     assert got == ["done.invoke.m.a:invocation[0]=1", "done.invoke.m.a:invocation[1]=2"]

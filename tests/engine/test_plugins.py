@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from tests.charts import load
+from tests.engine.drivers import Interp
 from tests.engine.helpers import Recorder, count
 from xsm_celery import (
     LoggingInspector,
@@ -15,7 +16,6 @@ from xsm_celery import (
     PluginBase,
     Receipt,
     SimulatedClock,
-    SyncInterpreter,
     create_machine,
 )
 from xsm_celery.plugins import (
@@ -26,9 +26,9 @@ from xsm_celery.plugins import (
 )
 
 
-def toggle() -> SyncInterpreter:
+def toggle() -> Any:
     """An unstarted interpreter of the toggle fixture."""
-    return SyncInterpreter(create_machine(load("toggle"), logic=MachineLogic(actions={"count": count})))
+    return Interp(create_machine(load("toggle"), logic=MachineLogic(actions={"count": count})))
 
 
 class Exploding(PluginBase):
@@ -142,7 +142,7 @@ def test_global_plugins_attach_to_new_interpreters_only() -> None:
         assert global_plugins() == [recorder]
         fresh = toggle().start()
         fresh.send("FLIP")
-        restored = SyncInterpreter.from_snapshot(fresh.get_snapshot(), fresh.machine)
+        restored = Interp.from_snapshot(fresh.get_snapshot(), fresh.machine)
         assert recorder in restored.plugins
         assert recorder not in existing.plugins
         assert recorder.names().count("on_event_received") == 1
@@ -199,7 +199,7 @@ def test_logging_inspector_reports_services_and_failures(caplog: pytest.LogCaptu
         delays={"retryDelay": 10},
     )
     clock = SimulatedClock()
-    interp = SyncInterpreter(create_machine(load("retry"), logic=logic), clock=clock)
+    interp = Interp(create_machine(load("retry"), logic=logic), clock=clock)
     interp.use(LoggingInspector()).start()
     clock.increment(10)
     assert interp.status == "done"

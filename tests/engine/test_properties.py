@@ -11,9 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.charts import load
+from tests.engine.drivers import Interp
 from tests.engine.helpers import count, note, player_logic
 from tests.strategies import chart_logic, charts, clock_steps, events
-from xsm_celery import MachineLogic, SimulatedClock, SyncInterpreter, create_machine
+from xsm_celery import MachineLogic, SimulatedClock, create_machine
 from xsm_celery.engine.state import state_value
 
 PROPERTY = settings(
@@ -29,7 +30,7 @@ def _quiet() -> Any:
     logging.disable(logging.NOTSET)
 
 
-def assert_legal(interp: SyncInterpreter) -> None:
+def assert_legal(interp: Any) -> None:
     """The configuration is one a statechart can be in, and the views agree with it."""
     config = interp.configuration
     machine = interp.machine
@@ -61,7 +62,7 @@ def test_random_events_on_random_charts_keep_a_legal_configuration(
 ) -> None:
     """Any event sequence leaves one active leaf per active region and never raises."""
     machine = create_machine(chart, logic=chart_logic())
-    interp = SyncInterpreter(machine, clock=SimulatedClock()).start()
+    interp = Interp(machine, clock=SimulatedClock()).start()
     assert_legal(interp)
     for event_type, coin in sequence:
         interp.send(event_type, coin=coin)
@@ -76,7 +77,7 @@ def test_random_events_and_timers_keep_a_legal_configuration(
 ) -> None:
     """Interleaving clock increments with events keeps the configuration legal."""
     clock = SimulatedClock()
-    interp = SyncInterpreter(create_machine(chart, logic=chart_logic()), clock=clock).start()
+    interp = Interp(create_machine(chart, logic=chart_logic()), clock=clock).start()
     for (event_type, coin), ms in zip(sequence, steps, strict=False):
         interp.send(event_type, coin=coin)
         clock.increment(ms)
@@ -93,10 +94,10 @@ def test_snapshot_restore_is_invisible(
     """Restoring a snapshot mid-sequence ends in the same states and context as not doing so."""
     machine = create_machine(chart, logic=chart_logic())
     clock = SimulatedClock(wall_start=1_000.0)
-    straight = SyncInterpreter(machine, clock=clock).start()
+    straight = Interp(machine, clock=clock).start()
     for event_type, coin in before:
         straight.send(event_type, coin=coin)
-    restored = SyncInterpreter.from_snapshot(straight.get_snapshot(), machine, clock=SimulatedClock(wall_start=1_000.0))
+    restored = Interp.from_snapshot(straight.get_snapshot(), machine, clock=SimulatedClock(wall_start=1_000.0))
     for event_type, coin in after:
         straight.send(event_type, coin=coin)
         restored.send(event_type, coin=coin)
@@ -119,7 +120,7 @@ FIXTURES: dict[str, tuple[MachineLogic, tuple[str, ...]]] = {
 def test_random_events_on_fixture_charts(name: str, data: st.DataObject) -> None:
     """The fixture charts stay legal under any sequence of their own events."""
     logic, vocabulary = FIXTURES[name]
-    interp = SyncInterpreter(create_machine(load(name), logic=logic)).start()
+    interp = Interp(create_machine(load(name), logic=logic)).start()
     for event_type, _ in data.draw(events(vocabulary)):
         payload = {"level": 1} if event_type == "VOLUME" else {}
         interp.send(event_type, **payload)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.charts import load
+from tests.engine.drivers import Interp
 from xsm_celery import (
     MachineLogic,
     SimulatedClock,
@@ -19,7 +20,6 @@ from xsm_celery import (
     SnapshotError,
     SnapshotMismatchError,
     SnapshotTooLargeError,
-    SyncInterpreter,
     create_machine,
 )
 from xsm_celery.engine import WallClock
@@ -47,11 +47,11 @@ def retry_logic(outcomes: list[Any]) -> MachineLogic:
     )
 
 
-def resting(outcomes: list[Any]) -> tuple[SyncInterpreter, SimulatedClock]:
+def resting(outcomes: list[Any]) -> tuple[Any, SimulatedClock]:
     """A retry machine waiting in 'retrying' after one failure, on a clock at wall WALL."""
     clock = SimulatedClock(wall_start=WALL)
     machine = create_machine(load("retry"), logic=retry_logic(outcomes))
-    interp = SyncInterpreter(machine, clock=clock).start()
+    interp = Interp(machine, clock=clock).start()
     assert interp.current_state_ids == {"job.retrying"}
     return interp, clock
 
@@ -84,7 +84,7 @@ def test_restore_resumes_with_the_pending_timer() -> None:
     machine = interp.machine
     interp.stop()
     clock2 = SimulatedClock(wall_start=WALL + 0.4)
-    restored = SyncInterpreter.from_snapshot(saved, machine, clock=clock2)
+    restored = Interp.from_snapshot(saved, machine, clock=clock2)
     assert restored.status == "running"
     assert restored.context == {"attempt": 1}
     clock2.increment(599)
@@ -99,7 +99,7 @@ def test_overdue_timer_fires_on_the_first_tick_after_restore() -> None:
     interp, _ = resting([ConnectionError("x"), "ok"])
     saved = interp.get_snapshot()
     later = SimulatedClock(wall_start=WALL + 60)
-    restored = SyncInterpreter.from_snapshot(saved, interp.machine, clock=later)
+    restored = Interp.from_snapshot(saved, interp.machine, clock=later)
     later.increment(0)
     assert restored.matches("job.done")
 
@@ -107,7 +107,7 @@ def test_overdue_timer_fires_on_the_first_tick_after_restore() -> None:
 def test_restore_on_a_wall_clock_fires_on_tick() -> None:
     """Restored on a WallClock, an overdue timer fires when tick() is called."""
     interp, _ = resting([ConnectionError("x"), "ok"])
-    restored = SyncInterpreter.from_snapshot(interp.get_snapshot(), interp.machine, clock=WallClock())
+    restored = Interp.from_snapshot(interp.get_snapshot(), interp.machine, clock=WallClock())
     restored.tick()
     assert restored.matches("job.done")
 
@@ -119,16 +119,17 @@ def test_restore_in_another_process(tmp_path: Path) -> None:
     snap = tmp_path / "snap.json"
     snap.write_text(interp.get_snapshot())
     root = Path(__file__).resolve().parents[2]
+    cls_name = "Interpreter" if Interp.is_async else "SyncInterpreter"
     code = textwrap.dedent(
         f"""
         import sys
         sys.path.insert(0, {str(root)!r})
         from tests.charts import load
         from tests.engine.test_snapshot import retry_logic, WALL
-        from xsm_celery import SimulatedClock, SyncInterpreter, create_machine
+        from xsm_celery import SimulatedClock, create_machine, {cls_name}
         machine = create_machine(load("retry"), logic=retry_logic(["ok"]))
         clock = SimulatedClock(wall_start=WALL + 0.1)
-        interp = SyncInterpreter.from_snapshot(open({str(snap)!r}).read(), machine, clock=clock)
+        interp = {cls_name}.from_snapshot(open({str(snap)!r}).read(), machine, clock=clock)
         assert interp.current_state_ids == {{"job.retrying"}}
         clock.increment(899)
         assert interp.current_state_ids == {{"job.retrying"}}
@@ -154,42 +155,42 @@ def test_restore_does_not_rerun_entry_actions_or_services() -> None:
         services={"work": lambda *a: calls.append("service")},
     )
     machine = create_machine(config, logic=logic)
-    saved = SyncInterpreter(machine).start().get_snapshot()
+    saved = Interp(machine).start().get_snapshot()
     calls.clear()
-    SyncInterpreter.from_snapshot(saved, machine)
+    Interp.from_snapshot(saved, machine)
     assert calls == []
-    SyncInterpreter.from_snapshot(saved, machine, restart_services=True)
+    Interp.from_snapshot(saved, machine, restart_services=True)
     assert calls == ["service"]
 
 
 def test_snapshot_round_trip_of_parallel_and_done_states() -> None:
     """Parallel configurations and a done machine restore as they were."""
     machine = create_machine(load("editor"))
-    interp = SyncInterpreter(machine).start()
+    interp = Interp(machine).start()
     interp.send("NUMBERS")
-    again = SyncInterpreter.from_snapshot(interp.get_snapshot(), machine)
+    again = Interp.from_snapshot(interp.get_snapshot(), machine)
     assert again.value == interp.value
     again.send("TOGGLE_BOLD")
     assert again.value["bold"] == "on"
     upload = create_machine(load("upload"), logic=MachineLogic(actions={"note": lambda *a: None}))
-    finished = SyncInterpreter(upload).start()
+    finished = Interp(upload).start()
     finished.send("CANCEL")
-    done = SyncInterpreter.from_snapshot(finished.get_snapshot(), upload)
+    done = Interp.from_snapshot(finished.get_snapshot(), upload)
     assert (done.status, done.output, done.value) == ("done", {"ok": False}, "cancelled")
 
 
 def test_snapshot_accepts_a_parsed_dict_and_bytes() -> None:
     """from_snapshot takes the JSON string, its bytes, or the parsed dict."""
     machine = create_machine(load("editor"))
-    saved = SyncInterpreter(machine).start().get_snapshot()
+    saved = Interp(machine).start().get_snapshot()
     for form in (saved, saved.encode(), json.loads(saved)):
-        assert SyncInterpreter.from_snapshot(form, machine).status == "running"
+        assert Interp.from_snapshot(form, machine).status == "running"
 
 
 def test_unstarted_snapshot_restores_unstarted() -> None:
     """A snapshot of an interpreter that never started restores one that can start."""
     machine = create_machine(load("editor"))
-    restored = SyncInterpreter.from_snapshot(SyncInterpreter(machine).get_snapshot(), machine)
+    restored = Interp.from_snapshot(Interp(machine).get_snapshot(), machine)
     assert restored.status == "not_started"
     assert restored.start().value["bold"] == "off"
 
@@ -197,34 +198,34 @@ def test_unstarted_snapshot_restores_unstarted() -> None:
 def test_changed_structure_is_refused_unless_allowed() -> None:
     """A snapshot of an older chart structure raises SnapshotMismatchError by default."""
     old = create_machine(load("editor"))
-    saved = SyncInterpreter(old).start().get_snapshot()
+    saved = Interp(old).start().get_snapshot()
     changed = load("editor")
     changed["states"]["save"]["states"]["dirty"]["on"]["DISCARD"] = "clean"
     new = create_machine(changed)
     with pytest.raises(SnapshotMismatchError, match="verify_machine_hash=False"):
-        SyncInterpreter.from_snapshot(saved, new)
-    assert SyncInterpreter.from_snapshot(saved, new, verify_machine_hash=False).status == "running"
-    allowed = SyncInterpreter.from_snapshot(saved, new, expected_machine_hash=old.structure_hash)
+        Interp.from_snapshot(saved, new)
+    assert Interp.from_snapshot(saved, new, verify_machine_hash=False).status == "running"
+    allowed = Interp.from_snapshot(saved, new, expected_machine_hash=old.structure_hash)
     assert allowed.status == "running"
 
 
 def test_snapshot_of_another_machine_is_refused() -> None:
     """Restoring a snapshot against a machine with another id is a mismatch."""
-    saved = SyncInterpreter(create_machine(load("editor"))).start().get_snapshot()
+    saved = Interp(create_machine(load("editor"))).start().get_snapshot()
     with pytest.raises(SnapshotMismatchError, match="not 'toggle'"):
-        SyncInterpreter.from_snapshot(saved, create_machine(load("toggle")), verify_machine_hash=False)
+        Interp.from_snapshot(saved, create_machine(load("toggle")), verify_machine_hash=False)
 
 
 def test_oversized_snapshot_is_refused_before_parsing() -> None:
     """A snapshot over the byte cap raises SnapshotTooLargeError, even if it is not JSON."""
     machine = create_machine(load("editor"))
     with pytest.raises(SnapshotTooLargeError, match="over the 1048576-byte cap"):
-        SyncInterpreter.from_snapshot("x" * (1024 * 1024 + 1), machine)
+        Interp.from_snapshot("x" * (1024 * 1024 + 1), machine)
     with pytest.raises(SnapshotTooLargeError):
-        SyncInterpreter.from_snapshot("é" * 600_000, machine)
-    saved = SyncInterpreter(machine).start().get_snapshot()
+        Interp.from_snapshot("é" * 600_000, machine)
+    saved = Interp(machine).start().get_snapshot()
     with pytest.raises(SnapshotTooLargeError):
-        SyncInterpreter.from_snapshot(saved, machine, max_bytes=10)
+        Interp.from_snapshot(saved, machine, max_bytes=10)
 
 
 def mutate(saved: str, change: Any) -> str:
@@ -272,12 +273,12 @@ def test_corrupt_snapshots_raise_snapshot_corrupt_error(corrupt: Any) -> None:
     """Broken JSON, missing or ill-typed fields and unknown states are SnapshotCorruptError."""
     interp, _ = resting([ConnectionError("x")])
     with pytest.raises(SnapshotCorruptError):
-        SyncInterpreter.from_snapshot(corrupt(interp.get_snapshot()), interp.machine)
+        Interp.from_snapshot(corrupt(interp.get_snapshot()), interp.machine)
 
 
 def test_snapshot_of_a_non_json_context_is_a_snapshot_error() -> None:
     """A context value JSON cannot hold makes get_snapshot raise SnapshotError, not TypeError."""
-    interp = SyncInterpreter(create_machine(load("editor"))).start()
+    interp = Interp(create_machine(load("editor"))).start()
     interp.context["when"] = object()
     with pytest.raises(SnapshotError, match="JSON"):
         interp.get_snapshot()
@@ -286,4 +287,4 @@ def test_snapshot_of_a_non_json_context_is_a_snapshot_error() -> None:
 def test_not_a_snapshot_type_is_corrupt() -> None:
     """Passing something that is neither text nor a dict is a corrupt snapshot."""
     with pytest.raises(SnapshotCorruptError):
-        SyncInterpreter.from_snapshot(42, create_machine(load("editor")))  # type: ignore[arg-type]
+        Interp.from_snapshot(42, create_machine(load("editor")))  # type: ignore[arg-type]

@@ -7,13 +7,14 @@ from typing import Any
 import pytest
 
 from tests.charts import load
+from tests.engine.drivers import Interp
 from tests.engine.helpers import Recorder, count, note, player_logic
-from xsm_celery import Event, InvalidEventError, MachineLogic, SyncInterpreter, create_machine
+from xsm_celery import Event, InvalidEventError, MachineLogic, create_machine
 
 
-def run(config: dict[str, Any], logic: MachineLogic | None = None) -> SyncInterpreter:
+def run(config: dict[str, Any], logic: MachineLogic | None = None) -> Any:
     """A started interpreter of ``config``."""
-    return SyncInterpreter(create_machine(config, logic=logic)).start()
+    return Interp(create_machine(config, logic=logic)).start()
 
 
 def test_toggle_flips_and_counts() -> None:
@@ -72,7 +73,7 @@ def test_first_passing_candidate_wins() -> None:
     machine = create_machine(config, logic=logic)
     for n, target in ((5, "s"), (50, "md"), (500, "l")):
         seen.clear()
-        interp = SyncInterpreter(machine).start()
+        interp = Interp(machine).start()
         interp.send("GO", n=n)
         assert interp.value == target
     assert seen == ["small", "medium", "medium"]
@@ -301,7 +302,7 @@ def test_malformed_events_raise_invalid_event_error(bad: Any) -> None:
 def test_on_transition_reports_configurations_before_and_after() -> None:
     """on_transition gets the full active sets before and after, ancestors included."""
     recorder = Recorder()
-    interp = SyncInterpreter(create_machine(load("player"), logic=player_logic())).use(recorder)
+    interp = Interp(create_machine(load("player"), logic=player_logic())).use(recorder)
     interp.start()
     interp.send("PLAY")
     before, after, event = recorder.of("on_transition")[-1]

@@ -69,6 +69,7 @@ def build_task_machine(
     )
     try:
         machine = create_machine(config, logic=logic)
+        machine.require_complete()
     except XsmError as exc:
         raise ConfigurationError(f"task {task_name!r}: retry chart refused: {exc}") from exc
     _check_shape(task_name, machine)

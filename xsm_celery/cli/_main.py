@@ -6,6 +6,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import click
 
+from xsm_celery.cli import chart_tools
 from xsm_celery.cli.asyncapi import asyncapi
 from xsm_celery.cli.base import OneLineGroup
 from xsm_celery.cli.breakers import breakers
@@ -33,6 +34,11 @@ cli.add_command(dlq)
 cli.add_command(asyncapi)
 cli.add_command(breakers)
 cli.add_command(status)
+cli.add_command(chart_tools.inspect)
+cli.add_command(chart_tools.diagram)
+cli.add_command(chart_tools.simulate)
+cli.add_command(chart_tools.validate)
+cli.add_command(chart_tools.docs)
 
 
 def main() -> None:

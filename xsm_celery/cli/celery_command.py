@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import click
 
+from xsm_celery.cli import chart_tools
 from xsm_celery.cli.asyncapi import asyncapi
 from xsm_celery.cli.base import OneLineGroup
 from xsm_celery.cli.breakers import breakers
@@ -28,3 +29,8 @@ xsm.add_command(dlq)
 xsm.add_command(asyncapi)
 xsm.add_command(breakers)
 xsm.add_command(status)
+xsm.add_command(chart_tools.inspect)
+xsm.add_command(chart_tools.diagram)
+xsm.add_command(chart_tools.simulate)
+xsm.add_command(chart_tools.validate)
+xsm.add_command(chart_tools.docs)

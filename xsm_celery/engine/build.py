@@ -11,7 +11,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from xsm_celery.engine.builtins import canonical_builtin
 from xsm_celery.engine.chart import (
+    HISTORY_KINDS,
     STATE_TYPES,
     ActionDef,
     AfterDef,
@@ -20,8 +22,8 @@ from xsm_celery.engine.chart import (
     StateNode,
     Transition,
 )
-from xsm_celery.engine.events import after_event_type, done_state_type
-from xsm_celery.errors import InvalidConfigError, NotSupportedError
+from xsm_celery.engine.events import after_event_type, done_state_type, is_descriptor
+from xsm_celery.errors import InvalidConfigError
 
 __all__ = ["TreeBuilder"]
 
@@ -32,8 +34,9 @@ STATE_KEYS = frozenset(
         "invoke", "tags", "meta", "description", "output", "onDone",
     }
 )  # fmt: skip
+HISTORY_KEYS = frozenset({"id", "type", "history", "target", "meta", "description"})
 TRANSITION_KEYS = frozenset(
-    {"target", "actions", "guard", "cond", "reenter", "internal", "description", "meta"}
+    {"target", "actions", "guard", "cond", "in", "reenter", "internal", "description", "meta"}
 )
 INVOKE_KEYS = frozenset({"src", "id", "onDone", "onError", "input", "meta", "description"})
 
@@ -72,9 +75,11 @@ class TreeBuilder:
         if "states" not in config:
             raise InvalidConfigError("the root needs 'states'; a machine has states", path="")
         context = config.get("context")
-        if context is not None and not isinstance(context, Mapping):
+        if context is not None and not isinstance(context, Mapping) and not callable(context):
             raise InvalidConfigError(
-                f"'context' must be a dict, got {type(context).__name__}", path="context"
+                f"'context' must be a dict or a callable of {{'input': ...}}, got "
+                f"{type(context).__name__}",
+                path="context",
             )
         root = self._node(machine_id, machine_id, None, "", config)
         return root
@@ -97,6 +102,8 @@ class TreeBuilder:
             raise InvalidConfigError(
                 f"a state must be a dict, got {type(raw).__name__}", path=path or "states"
             )
+        if raw.get("type") == "history":
+            return self._history_node(key, state_id, parent, path, raw)
         self._check_keys(raw, STATE_KEYS | (ROOT_KEYS if parent is None else frozenset()), path)
         node = StateNode(key, state_id, parent, path)
         node.config = raw
@@ -110,6 +117,54 @@ class TreeBuilder:
         node.type = self._state_type(node, raw, bool(children))
         self._initial(node, raw)
         self._details(node, raw)
+        return node
+
+    def _history_node(
+        self, key: str, state_id: str, parent: StateNode | None, path: str, raw: Mapping[str, Any]
+    ) -> StateNode:
+        """A history state: remembers its parent's active children (or leaves, ``deep``)."""
+        if parent is None:
+            raise InvalidConfigError("the root cannot be a history state", path="type")
+        self._check_keys(raw, HISTORY_KEYS, path)
+        for forbidden in ("states", "on", "always", "after", "entry", "exit", "invoke"):
+            if forbidden in raw:
+                raise InvalidConfigError(
+                    f"a history state is a pointer into its parent and takes no '{forbidden}'; "
+                    "give it only 'history' and an optional default 'target'",
+                    path=_join(path, forbidden),
+                )
+        node = StateNode(key, state_id, parent, path)
+        node.config = raw
+        node.type = "history"
+        node.order = len(self.nodes)
+        self.nodes.append(node)
+        node.ancestors = (parent, *parent.ancestors)
+        node.ancestor_set = frozenset(node.ancestors)
+        self._custom_id(node, raw)
+        kind = raw.get("history", "shallow")
+        if kind not in HISTORY_KINDS:
+            raise InvalidConfigError(
+                f"'history' must be 'shallow' or 'deep', got {kind!r}",
+                path=_join(path, "history"),
+            )
+        node.history = kind
+        target = raw.get("target")
+        if target is not None:
+            if isinstance(target, Mapping):
+                target = target.get("target")
+            if isinstance(target, str) and target:
+                node.history_target_ids = (target,)
+            elif isinstance(target, list) and target and all(isinstance(t, str) for t in target):
+                node.history_target_ids = tuple(target)
+            else:
+                raise InvalidConfigError(
+                    f"a history state's 'target' must be a state reference, got {target!r}",
+                    path=_join(path, "target"),
+                )
+        description = raw.get("description")
+        node.description = description if isinstance(description, str) else None
+        meta = raw.get("meta", {})
+        node.meta = meta if isinstance(meta, Mapping) else {}
         return node
 
     def _custom_id(self, node: StateNode, raw: Mapping[str, Any]) -> None:
@@ -150,19 +205,19 @@ class TreeBuilder:
                 )
             child = self._node(key, f"{node.id}.{key}", node, _join(spath, key), child_raw)
             children.append(child)
-        node.children = tuple(children)
+        node.children = tuple(c for c in children if c.type != "history")
+        node.history_children = tuple(c for c in children if c.type == "history")
         node.states = {c.key: c for c in children}
+        if node.history_children and not node.children:
+            raise InvalidConfigError(
+                "a state whose only children are history states has nothing to remember",
+                path=spath,
+            )
         return node.children
 
     def _state_type(self, node: StateNode, raw: Mapping[str, Any], has_children: bool) -> str:
         declared = raw.get("type")
         tpath = _join(node.path, "type")
-        if declared == "history":
-            raise NotSupportedError(
-                "history states are not supported by this engine; model the remembered "
-                "state in context and branch with a guarded 'always'",
-                path=tpath,
-            )
         if declared is None:
             return "compound" if has_children else "atomic"
         if declared not in STATE_TYPES:
@@ -200,6 +255,12 @@ class TreeBuilder:
                 f"'initial' must name a child state ({', '.join(node.states)}), got {initial!r}",
                 path=ipath,
             )
+        if node.states[initial].type == "history":
+            raise InvalidConfigError(
+                f"'initial' names the history state {initial!r}; name a real child, and "
+                "target the history state from a transition instead",
+                path=ipath,
+            )
         node.initial = node.states[initial]
 
     def _details(self, node: StateNode, raw: Mapping[str, Any]) -> None:
@@ -221,8 +282,8 @@ class TreeBuilder:
         description = raw.get("description")
         node.description = description if isinstance(description, str) else None
         node.output = raw.get("output")
-        node.on = self._on(node, raw.get("on"))
         node.always = self.transitions_of(node, "", raw.get("always"), _join(path, "always"))
+        node.on = self._on(node, raw.get("on"))
         node.after = self._after(node, raw.get("after"))
         node.invoke = self._invoke(node, raw.get("invoke"))
         if "onDone" in raw:
@@ -255,9 +316,20 @@ class TreeBuilder:
             )
         table: dict[str, tuple[Transition, ...]] = {}
         for event, spec in raw.items():
-            if not isinstance(event, str) or not event:
+            if event == "":
+                # XState v4 spelled eventless transitions as the "" event.
+                eventless = self.transitions_of(node, "", spec, _join(opath, '""'))
+                node.always = (*node.always, *eventless)
+                continue
+            if not isinstance(event, str):
                 raise InvalidConfigError(
-                    f"event name {event!r} must be a non-empty str", path=_join(opath, str(event))
+                    f"event name {event!r} must be a str", path=_join(opath, str(event))
+                )
+            if "*" in event and not is_descriptor(event):
+                raise InvalidConfigError(
+                    f"event descriptor {event!r}: '*' must be the whole name or a last "
+                    "'.*' segment (like 'order.*')",
+                    path=_join(opath, event),
                 )
             table[event] = self.transitions_of(node, event, spec, _join(opath, event))
         return table
@@ -299,6 +371,16 @@ class TreeBuilder:
             )
         guard_key = "guard" if "guard" in raw else "cond"
         trans.guard = self.guard(raw.get(guard_key), _join(path, guard_key))
+        if "in" in raw:
+            # XState v4's `in: "state"` on a transition: a stateIn guard, and-ed with its guard.
+            state_in = self._state_in({"state": raw["in"]}, _join(path, "in"))
+            if trans.guard is None:
+                trans.guard = state_in
+            else:
+                both = GuardDef("and", None, None, path)
+                both.combinator = "and"
+                both.guards = (state_in, trans.guard)
+                trans.guard = both
         trans.actions = self.actions(raw.get("actions"), _join(path, "actions"))
         trans.reenter = self._reenter(raw, path)
         meta = raw.get("meta", {})
@@ -331,7 +413,10 @@ class TreeBuilder:
             if isinstance(item, str) and item:
                 result.append(ActionDef(item, None, None, ipath))
             elif isinstance(item, Mapping) and isinstance(item.get("type"), str) and item["type"]:
-                result.append(ActionDef(item["type"], item.get("params"), None, ipath))
+                params = item.get("params")
+                if params is None and canonical_builtin(item["type"]) is not None:
+                    params = {k: v for k, v in item.items() if k != "type"} or None
+                result.append(ActionDef(item["type"], params, None, ipath))
             else:
                 raise InvalidConfigError(
                     f"an action must be a name or a {{'type', 'params'}} dict, got {item!r}",
@@ -340,16 +425,56 @@ class TreeBuilder:
         return tuple(result)
 
     def guard(self, raw: Any, path: str) -> GuardDef | None:
-        """Parse a guard: a name or a ``{type, params}`` dict."""
+        """Parse a guard: a name, a ``{type, params}`` dict, ``stateIn`` or a combinator."""
         if raw is None:
             return None
         if isinstance(raw, str) and raw:
             return GuardDef(raw, None, None, path)
         if isinstance(raw, Mapping) and isinstance(raw.get("type"), str) and raw["type"]:
+            kind = raw["type"].removeprefix("xstate.")
+            if kind in ("and", "or", "not"):
+                return self._combinator(kind, raw, path)
+            if kind == "stateIn":
+                return self._state_in(raw, path)
             return GuardDef(raw["type"], raw.get("params"), None, path)
         raise InvalidConfigError(
             f"a guard must be a name or a {{'type', 'params'}} dict, got {raw!r}", path=path
         )
+
+    def _combinator(self, kind: str, raw: Mapping[str, Any], path: str) -> GuardDef:
+        raw_params = raw.get("params")
+        params: Mapping[str, Any] = raw_params if isinstance(raw_params, Mapping) else {}
+        operands = raw.get("guards", params.get("guards"))
+        if operands is None and kind == "not":
+            single = raw.get("guard", params.get("guard"))
+            operands = None if single is None else [single]
+        if not isinstance(operands, list) or not operands or (kind == "not" and len(operands) != 1):
+            need = "one guard under 'guard'" if kind == "not" else "a non-empty 'guards' list"
+            raise InvalidConfigError(f"a {kind!r} guard needs {need}", path=path)
+        guard = GuardDef(kind, None, None, path)
+        guard.combinator = kind
+        parsed = []
+        for index, operand in enumerate(operands):
+            child = self.guard(operand, f"{path}.guards[{index}]")
+            assert child is not None
+            parsed.append(child)
+        guard.guards = tuple(parsed)
+        return guard
+
+    def _state_in(self, raw: Mapping[str, Any], path: str) -> GuardDef:
+        params = raw.get("params")
+        ref = params.get("state", params.get("id")) if isinstance(params, Mapping) else params
+        ref = raw.get("state", ref)
+        if not isinstance(ref, str) or not ref:
+            raise InvalidConfigError(
+                "a 'stateIn' guard names its state: {'type': 'stateIn', 'params': {'state': "
+                "'#id'}}",
+                path=path,
+            )
+        guard = GuardDef("stateIn", params, None, path)
+        guard.combinator = "stateIn"
+        guard.state_ref = ref
+        return guard
 
     def _after(self, node: StateNode, raw: Any) -> tuple[AfterDef, ...]:
         if raw is None:

@@ -20,8 +20,11 @@ __all__ = [
     "Transition",
 ]
 
-#: The state types a chart may declare (``history`` is refused, see docs/engine.md).
-STATE_TYPES = ("atomic", "compound", "parallel", "final")
+#: The state types a chart may declare.
+STATE_TYPES = ("atomic", "compound", "parallel", "final", "history")
+
+#: What a history state remembers: the active children, or every active leaf below.
+HISTORY_KINDS = ("shallow", "deep")
 
 
 class ActionDef:
@@ -47,9 +50,15 @@ class ActionDef:
 
 
 class GuardDef:
-    """A guard reference; ``takes_params`` says whether the callable wants a third argument."""
+    """A guard reference; ``takes_params`` says whether the callable wants a third argument.
 
-    __slots__ = ("fn", "params", "path", "takes_params", "type")
+    A combinator (``and``, ``or``, ``not``) has its operands in ``guards``; ``stateIn`` has
+    the state it asks about in ``state_ref`` (resolved to ``state``). ``combinator`` names
+    which of these it is, None for a named guard of the logic.
+    """
+
+    __slots__ = ("combinator", "fn", "guards", "params", "path", "state", "state_ref",
+                 "takes_params", "type")  # fmt: skip
 
     def __init__(
         self,
@@ -64,6 +73,10 @@ class GuardDef:
         self.fn = fn
         self.path = path
         self.takes_params = takes_params
+        self.combinator: str | None = None
+        self.guards: tuple[GuardDef, ...] = ()
+        self.state_ref: str | None = None
+        self.state: StateNode | None = None
 
     def __repr__(self) -> str:
         return f"GuardDef(type={self.type!r})"
@@ -85,6 +98,7 @@ class Transition:
         "entry",
         "event",
         "guard",
+        "history",
         "meta",
         "path",
         "reenter",
@@ -102,6 +116,8 @@ class Transition:
         self.guard: GuardDef | None = None
         self.actions: tuple[ActionDef, ...] = ()
         self.reenter = False
+        #: Whether a target is a history state, so the entry set is found per step.
+        self.history = False
         self.domain: StateNode | None = None
         self.entry: tuple[StateNode, ...] = ()
         self.meta: Mapping[str, Any] = {}
@@ -189,6 +205,11 @@ class StateNode:
         "eventless",
         "exit",
         "handlers",
+        "has_wildcards",
+        "history",
+        "history_children",
+        "history_default",
+        "history_target_ids",
         "id",
         "initial",
         "invoke",
@@ -197,6 +218,7 @@ class StateNode:
         "on",
         "order",
         "output",
+        "own_handlers",
         "parent",
         "path",
         "states",
@@ -231,6 +253,19 @@ class StateNode:
         self.output: Any = None
         self.handlers: dict[str, tuple[Transition, ...]] = {}
         self.eventless: tuple[Transition, ...] = ()
+        #: This state's own transitions by exact event type (on, after, invoke results).
+        self.own_handlers: dict[str, tuple[Transition, ...]] = {}
+        #: Whether this leaf or an ancestor has a ``*`` or ``prefix.*`` descriptor, so
+        #: ``handlers`` is filled per event type on first use.
+        self.has_wildcards = False
+        #: ``shallow`` or ``deep`` for a history state, else None.
+        self.history: str | None = None
+        #: The history states among this state's children (not in ``children``: a history
+        #: state is a pointer, never active).
+        self.history_children: tuple[StateNode, ...] = ()
+        self.history_target_ids: tuple[str, ...] = ()
+        #: A history state's default targets, entered when nothing is remembered yet.
+        self.history_default: tuple[StateNode, ...] = ()
 
     @property
     def is_leaf(self) -> bool:

@@ -23,7 +23,9 @@ __all__ = [
     "done_invoke_type",
     "done_state_type",
     "error_platform_type",
+    "is_descriptor",
     "is_engine_event_type",
+    "matches_descriptor",
     "to_event",
 ]
 
@@ -167,3 +169,25 @@ def to_event(event_or_type: Any, payload: dict[str, Any]) -> Event:
         f"cannot send {type(event_or_type).__name__} {event_or_type!r}; "
         "send a str type, an Event or a {'type': ...} mapping"
     )
+
+
+def is_descriptor(name: str) -> bool:
+    """Whether an ``on`` key is a wildcard descriptor: ``*`` or ``prefix.*``."""
+    if name == "*":
+        return True
+    return name.endswith(".*") and "*" not in name[:-2] and len(name) > 2
+
+
+def matches_descriptor(descriptor: str, event_type: str) -> bool:
+    """Whether a wildcard descriptor matches an event type, as XState v5 matches them.
+
+    ``*`` matches every event; ``order.*`` matches ``order`` and every ``order.<...>``.
+    Engine events (``done.invoke.*``, ``xstate.*`` ...) never match a wildcard: a chart's
+    catch-all must not swallow a service result or a timer.
+    """
+    if event_type.startswith(ENGINE_EVENT_PREFIXES):
+        return False
+    if descriptor == "*":
+        return True
+    prefix = descriptor[:-2]
+    return event_type == prefix or event_type.startswith(prefix + ".")

@@ -32,9 +32,17 @@ def _structural(value: Any) -> Any:
     return value
 
 
+def _stable_name(value: Any) -> str:
+    """A callable in a Python-built chart hashes by its qualified name, not its address."""
+    name = getattr(value, "__qualname__", None)
+    if isinstance(name, str):
+        return f"{getattr(value, '__module__', '')}.{name}"
+    return type(value).__qualname__
+
+
 def structure_hash(config: Mapping[str, Any]) -> str:
     """A 16-hex-digit digest of the chart's structure (stable across processes and runs)."""
     canonical = json.dumps(
-        _structural(config), sort_keys=True, separators=(",", ":"), default=repr
+        _structural(config), sort_keys=True, separators=(",", ":"), default=_stable_name
     )
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]

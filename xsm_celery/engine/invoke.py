@@ -60,13 +60,14 @@ def from_callback(setup: Callable[[SendBack, Receive, Any, Event], Any]) -> Call
 
 
 class ActorRef:
-    """A running invocation: a callback actor or an async service's task.
+    """A running invocation: a callback actor, an async service's task or a child machine.
 
     ``stop()`` runs the cleanup exactly once, however many times and from wherever it is
     called; events it sends back after that are dropped.
     """
 
-    __slots__ = ("_lock", "cleanup", "definition", "interp", "receivers", "stopped", "task")
+    __slots__ = ("_lock", "child", "cleanup", "definition", "interp", "receivers", "stopped",
+                 "task")  # fmt: skip
 
     def __init__(self, interp: Any, definition: InvokeDef) -> None:
         self.interp = interp
@@ -75,6 +76,8 @@ class ActorRef:
         self.receivers: list[Callable[[Event], Any]] = []
         self.stopped = False
         self.task: Any = None
+        #: The child interpreter when the service is a machine, else None.
+        self.child: Any = None
         self._lock = threading.Lock()
 
     @property
@@ -98,6 +101,11 @@ class ActorRef:
         if self.stopped:
             return
         event = to_event(event_or_type, payload)
+        if self.child is not None:
+            from xsm_celery.engine.children import deliver_to_child
+
+            deliver_to_child(self.interp, self, event)
+            return
         for handler in list(self.receivers):
             try:
                 handler(event)

@@ -22,7 +22,8 @@ class MachineLogic:
         actions: name -> ``fn(interp, ctx, event, action_def)``.
         guards: name -> ``fn(ctx, event)`` (or ``fn(ctx, event, params)`` for ``{type, params}``
             guards).
-        services: name -> ``fn(interp, ctx, event)`` or a :func:`from_callback` actor.
+        services: name -> ``fn(interp, ctx, event)``, a :func:`from_callback` actor, or a
+            ``Machine`` (run as a child machine).
         delays: name -> milliseconds, or ``fn(ctx, event) -> ms``.
     """
 
@@ -39,8 +40,12 @@ class MachineLogic:
         self.guards: dict[str, Callable[..., Any]] = dict(guards or {})
         self.services: dict[str, Any] = dict(services or {})
         self.delays: dict[str, Any] = dict(delays or {})
+        from xsm_celery.engine.machine import Machine
+
         for kind in ("actions", "guards", "services"):
             for name, impl in getattr(self, kind).items():
+                if kind == "services" and isinstance(impl, Machine):
+                    continue
                 if not callable(impl):
                     raise ArgumentTypeError(
                         f"MachineLogic({kind}=...): {name!r} is {type(impl).__name__}, "

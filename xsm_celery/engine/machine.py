@@ -8,24 +8,41 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from xsm_celery.engine.build import TreeBuilder
-from xsm_celery.engine.chart import ActionDef, AfterDef, InvokeDef, StateNode, Transition
+from xsm_celery.engine.builtins import builtin_action, canonical_builtin, check_params
+from xsm_celery.engine.chart import (
+    ActionDef,
+    AfterDef,
+    GuardDef,
+    InvokeDef,
+    StateNode,
+    Transition,
+)
 from xsm_celery.engine.hashing import structure_hash
 from xsm_celery.engine.logic import MachineLogic, accepts_params
-from xsm_celery.engine.targets import build_handler_tables, resolve_transitions
+from xsm_celery.engine.redact import public_context
+from xsm_celery.engine.targets import (
+    build_handler_tables,
+    resolve_history_defaults,
+    resolve_transitions,
+)
 from xsm_celery.errors import (
     ArgumentTypeError,
+    ConfigurationError,
     ImplementationMissingError,
     InvalidConfigError,
     StateNotFoundError,
 )
 
-__all__ = ["DEFAULT_CHAIN_LIMIT", "Machine", "create_machine", "load_chart"]
+__all__ = ["DEFAULT_CHAIN_LIMIT", "ContextValidator", "Machine", "create_machine", "load_chart"]
+
+#: What ``context_validator=`` takes: the public context in, a write-back dict (or None) out.
+ContextValidator = Callable[[dict[str, Any]], Any]
 
 #: Microsteps one event may cause (``always`` chains, done events) before it is a runaway.
 DEFAULT_CHAIN_LIMIT = 1000
@@ -43,10 +60,13 @@ class Machine:
         "afters",
         "chain_limit",
         "config",
+        "context_factory",
+        "context_validator",
         "has_always",
         "initial_context",
         "invokes",
         "logic",
+        "missing",
         "nodes",
         "root",
         "step_cache",
@@ -56,12 +76,18 @@ class Machine:
     )
 
     def __init__(
-        self, config: Mapping[str, Any], logic: MachineLogic | None, strict_config: bool
+        self,
+        config: Mapping[str, Any],
+        logic: MachineLogic | None,
+        strict_config: bool,
+        context_validator: ContextValidator | None = None,
+        chain_limit: int = DEFAULT_CHAIN_LIMIT,
     ) -> None:
         frozen_config = copy.deepcopy(dict(config)) if isinstance(config, Mapping) else config
         builder = TreeBuilder(frozen_config, strict=strict_config)
         root = builder.build()
         resolve_transitions(builder.transitions, root, builder.by_custom_id)
+        resolve_history_defaults(builder.nodes, root, builder.by_custom_id)
         build_handler_tables(builder.nodes)
         self.config: dict[str, Any] = frozen_config
         self.root = root
@@ -73,14 +99,28 @@ class Machine:
         for custom, node in builder.by_custom_id.items():
             self._by_id.setdefault(f"#{custom}", node)
         self.logic = logic if logic is not None else MachineLogic()
-        self.initial_context: dict[str, Any] = dict(frozen_config.get("context") or {})
+        #: Every ``(kind, name, path)`` the logic lacks (see :meth:`require_complete`).
+        self.missing: tuple[tuple[str, str, str], ...] = ()
+        raw_context = frozen_config.get("context")
+        #: ``context`` given as a callable: called with ``{"input": ...}`` per interpreter.
+        self.context_factory: Callable[[Mapping[str, Any]], Any] | None = (
+            raw_context if callable(raw_context) else None
+        )
+        self.initial_context: dict[str, Any] = (
+            {} if callable(raw_context) else dict(raw_context or {})
+        )
+        self.context_validator = context_validator
         version = frozen_config.get("version")
         self.version: str | None = None if version is None else str(version)
         self.structure_hash = structure_hash(frozen_config)
-        self.chain_limit = DEFAULT_CHAIN_LIMIT
+        if isinstance(chain_limit, bool) or not isinstance(chain_limit, int) or chain_limit < 1:
+            raise ConfigurationError(f"chain_limit must be a positive int, got {chain_limit!r}")
+        self.chain_limit = chain_limit
         self.has_always = any(node.always for node in builder.nodes)
         self.step_cache: dict[Any, Any] = {}
-        _bind(self, self.logic, check=logic is not None)
+        _bind(self, self.logic, strict=strict_config and logic is not None)
+        if context_validator is not None and self.context_factory is None:
+            _check_initial_context(self, context_validator)
         self._frozen = True
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -92,6 +132,11 @@ class Machine:
     def id(self) -> str:
         """The chart's root id (also the prefix of every state id)."""
         return self.root.id
+
+    @property
+    def initial(self) -> str | None:
+        """The key of the root's initial child (None for a parallel root), as in 0.11.0."""
+        return self.root.initial.key if self.root.initial is not None else None
 
     @property
     def states(self) -> Mapping[str, StateNode]:
@@ -112,9 +157,35 @@ class Machine:
     def find_state(self, state_id: str) -> StateNode | None:
         """Like :meth:`get_state` but None when nothing matches."""
         node = self._by_id.get(state_id)
-        if node is None and not state_id.startswith("#"):
-            node = self._by_id.get(f"{self.id}.{state_id}")
-        return node
+        if node is not None:
+            return node
+        if not state_id.startswith("#"):
+            return self._by_id.get(f"{self.id}.{state_id}")
+        head, _, rest = state_id.partition(".")
+        base = self._by_id.get(head)
+        if base is None or not rest:
+            return None
+        return self._by_id.get(f"{base.id}.{rest}")
+
+    def require_complete(self) -> None:
+        """Refuse a machine whose logic lacks names, listing each with its path.
+
+        ``create_machine`` builds charts with incomplete logic (the step raises when a
+        missing piece is first needed); code that must not start such a machine, a task
+        definition for one, calls this right after building it.
+
+        Raises:
+            ImplementationMissingError: with ``missing`` = every ``(kind, name, path)``.
+        """
+        if self.missing:
+            kind, name, path = self.missing[0]
+            raise ImplementationMissingError(kind, name, path=path, missing=self.missing)
+
+    def to_mermaid(self) -> str:
+        """The machine as Mermaid ``stateDiagram-v2`` text (0.11.0's ``Machine.to_mermaid``)."""
+        from xsm_celery.charttools.mermaid import to_mermaid
+
+        return to_mermaid(self)
 
     def iter_states(self) -> Iterator[StateNode]:
         """Every state node in document order, the root first."""
@@ -124,37 +195,72 @@ class Machine:
         return f"Machine(id={self.id!r}, states={len(self.nodes)}, hash={self.structure_hash})"
 
 
-def _bind(machine: Machine, logic: MachineLogic, *, check: bool) -> None:
-    """Attach implementations to every named reference; refuse unknown names when ``check``.
+def _check_initial_context(machine: Machine, validator: ContextValidator) -> None:
+    """A static initial context that its model refuses is a chart error, found at build."""
+    try:
+        validator(public_context(copy.deepcopy(machine.initial_context)))
+    except Exception as exc:
+        raise InvalidConfigError(
+            f"the chart's initial context does not satisfy its context model: {exc}",
+            path="context",
+        ) from exc
 
-    Without logic (``create_machine(chart)``) nothing is refused here: the machine can still
-    be drawn, hashed and inspected, and a name that is still missing when it is needed raises
-    :class:`ImplementationMissingError` at run time.
+
+def _bind(machine: Machine, logic: MachineLogic, *, strict: bool) -> None:
+    """Attach implementations to every named reference.
+
+    A name the logic lacks is allowed (0.11.0 and XState build such charts, so a chart can
+    be drawn, hashed and inspected before its code exists); the step raises
+    :class:`ImplementationMissingError` when the missing piece is first needed. ``strict``
+    refuses the chart here instead, listing every missing name with its path.
     """
+    missing: list[tuple[str, str, str]] = []
     for action in _all_actions(machine):
         action.fn = logic.actions.get(action.type)
-        if action.fn is None and check:
-            raise ImplementationMissingError("action", action.type, path=action.path)
+        if action.fn is None:
+            canonical = canonical_builtin(action.type)
+            if canonical is not None:
+                check_params(canonical, action.params, action.path)
+                action.fn = builtin_action(canonical)
+        if action.fn is None:
+            missing.append(("action", action.type, action.path))
     for trans in machine.transitions:
-        guard = trans.guard
-        if guard is None:
-            continue
-        guard.fn = logic.guards.get(guard.type)
-        if guard.fn is None:
-            if check:
-                raise ImplementationMissingError("guard", guard.type, path=guard.path)
-            continue
-        guard.takes_params = guard.params is not None and accepts_params(guard.fn)
+        if trans.guard is not None:
+            _bind_guard(machine, trans.guard, logic, missing)
     for inv in machine.invokes:
         inv.impl = logic.services.get(inv.src)
-        if inv.impl is None and check:
-            raise ImplementationMissingError("service", inv.src, path=inv.path)
+        if inv.impl is None:
+            missing.append(("service", inv.src, inv.path))
     for after in machine.afters:
         if after.delay_ms is not None:
             continue
         after.delay_fn = logic.delays.get(after.key)
-        if after.delay_fn is None and check:
-            raise ImplementationMissingError("delay", after.key, path=after.path)
+        if after.delay_fn is None:
+            missing.append(("delay", after.key, after.path))
+    machine.missing = tuple(missing)
+    if strict and missing:
+        machine.require_complete()
+
+
+def _bind_guard(
+    machine: Machine, guard: GuardDef, logic: MachineLogic, missing: list[tuple[str, str, str]]
+) -> None:
+    """Bind a named guard, a ``stateIn`` guard's state, or each operand of a combinator."""
+    if guard.combinator == "stateIn":
+        assert guard.state_ref is not None
+        guard.state = machine.find_state(guard.state_ref)
+        if guard.state is None:
+            raise StateNotFoundError(guard.state_ref, reference_id=machine.id, path=guard.path)
+        return
+    if guard.combinator is not None:
+        for operand in guard.guards:
+            _bind_guard(machine, operand, logic, missing)
+        return
+    guard.fn = logic.guards.get(guard.type)
+    if guard.fn is None:
+        missing.append(("guard", guard.type, guard.path))
+        return
+    guard.takes_params = guard.params is not None and accepts_params(guard.fn)
 
 
 def _all_actions(machine: Machine) -> Iterator[ActionDef]:
@@ -169,27 +275,46 @@ def create_machine(
     config: Mapping[str, Any] | str | Path,
     logic: MachineLogic | None = None,
     strict_config: bool = False,
+    *,
+    context_validator: ContextValidator | None = None,
+    context_model: Any = None,
+    chain_limit: int = DEFAULT_CHAIN_LIMIT,
 ) -> Machine:
     """Validate a chart and bind it to its logic.
 
     Args:
         config: The chart as a dict, or a path to a JSON file, or ``"pkg:name.json"`` for a
             chart shipped in ``xsm_celery.charts``.
-        logic: The named implementations. When given, every action, guard, service and named
-            delay the chart uses must be in it.
-        strict_config: Refuse unknown keys instead of ignoring them.
+        logic: The named implementations. A name it lacks raises
+            :class:`ImplementationMissingError` when the step first needs it.
+        strict_config: Refuse unknown keys, and with ``logic`` given refuse a chart whose
+            logic lacks any name (the error lists every missing one with its path).
+        context_validator: ``fn(public_context) -> dict | None`` run after every step on
+            the user's context keys (``_xsm_`` keys filtered out); it raises to refuse, and
+            a returned dict is written back (coerced values, defaults).
+        context_model: A pydantic model class, shorthand for
+            ``context_validator=xsm_celery.contrib.pydantic.context_model(model)`` (needs
+            the ``pydantic`` extra).
+        chain_limit: Microsteps one event may cause before it is a runaway (0.11.0's
+            ``max_microsteps``); also bounds events actions queue and timers due at once.
 
     Raises:
         InvalidConfigError: the chart is not a valid statechart (``path`` names the node).
         StateNotFoundError: a transition target names no state.
-        ImplementationMissingError: ``logic`` lacks a name the chart uses.
-        NotSupportedError: the chart uses a feature this engine does not run (history).
+        ImplementationMissingError: with ``strict_config``, ``logic`` lacks names the chart
+            uses.
     """
     if isinstance(config, (str, Path)):
         config = load_chart(config)
     if logic is not None and not isinstance(logic, MachineLogic):
         raise ArgumentTypeError(f"logic must be a MachineLogic, got {type(logic).__name__}")
-    return Machine(config, logic, strict_config)
+    if context_model is not None:
+        if context_validator is not None:
+            raise ConfigurationError("pass context_model= or context_validator=, not both")
+        from xsm_celery.contrib.pydantic import context_model as model_validator
+
+        context_validator = model_validator(context_model)
+    return Machine(config, logic, strict_config, context_validator, chain_limit)
 
 
 def load_chart(source: str | Path) -> dict[str, Any]:

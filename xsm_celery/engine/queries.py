@@ -15,14 +15,15 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from xsm_celery.engine.events import EngineEvent
+from xsm_celery.engine.selection import select_transitions
 from xsm_celery.engine.state import NOT_STARTED
 
 if TYPE_CHECKING:
     from xsm_celery.engine.chart import StateNode, Transition
     from xsm_celery.engine.clock import Clock
-    from xsm_celery.engine.effects import Timer
     from xsm_celery.engine.machine import Machine
     from xsm_celery.engine.runtime import Core
+    from xsm_celery.engine.timers import Timer
 
 __all__ = ["fresh_interpreter", "next_timer", "timer_entries", "timer_transitions"]
 
@@ -30,9 +31,15 @@ CoreT = TypeVar("CoreT", bound="Core")
 
 
 def next_timer(interp: Core) -> Timer | None:
-    """The earliest pending ``after`` timer of ``interp``, or None when nothing waits."""
-    pending = interp.pending_timers()
-    return pending[0] if pending else None
+    """The earliest pending ``after`` timer of ``interp``, or None when nothing waits.
+
+    Delayed events (``raise`` or ``sendTo`` with a delay) are timers too but lead to no
+    transition of their own, so they are skipped.
+    """
+    for timer in interp.pending_timers():
+        if timer.after is not None:
+            return timer
+    return None
 
 
 def timer_transitions(interp: Core, timer: Timer | None = None) -> tuple[Transition, ...]:
@@ -47,11 +54,9 @@ def timer_transitions(interp: Core, timer: Timer | None = None) -> tuple[Transit
         timer = next_timer(interp)
         if timer is None:
             return ()
-    denied = interp._denied
-    try:
-        selected = interp._select(EngineEvent(timer.after.event_type, None, timer.node.id))
-    finally:
-        interp._denied = denied
+    if timer.after is None or timer.node is None:
+        return ()
+    selected = select_transitions(interp, EngineEvent(timer.after.event_type, None, timer.node.id))
     return selected or ()
 
 

@@ -1,4 +1,4 @@
-"""The interpreter core both drivers share: run-to-completion steps over a configuration.
+"""The interpreter core both drivers share: the run loop, read top to bottom.
 
 One event is processed as SCXML does it: select the enabled transitions, take them together
 as one microstep (exit, transition actions, enter), then take eventless (``always``)
@@ -7,75 +7,173 @@ transitions until none is enabled, then process the internal events the step rai
 are still active. Events sent from inside (an action calling ``send``) wait until that has
 settled. :class:`SyncInterpreter` and the async :class:`Interpreter` only add how events
 arrive; the step is this one.
+
+Each phase is a function that returns what it decided: selection
+(:mod:`~xsm_celery.engine.selection`) returns the transitions, or ``None``, or ``DENIED``;
+:func:`~xsm_celery.engine.step.plan` returns the states to exit and enter; an action list
+(:mod:`~xsm_celery.engine.effects`) returns the error that ended it; arming timers
+(:mod:`~xsm_celery.engine.timers`) returns a failed delay's error. The loop below collects
+those decisions in one :class:`StepResult` per admitted event, which becomes the receipt.
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 import itertools
-import logging
 import threading
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from xsm_celery.engine import delivery, services, timers
 from xsm_celery.engine.chart import StateNode, Transition
+from xsm_celery.engine.children import child_finished
 from xsm_celery.engine.clock import Clock, WallClock
-from xsm_celery.engine.delivery import Delivery
-from xsm_celery.engine.effects import EffectsMixin, Timer
-from xsm_celery.engine.events import EngineEvent, Event, Receipt, done_state_type
-from xsm_celery.engine.invoke import ActorRef
+from xsm_celery.engine.effects import run_actions
+from xsm_celery.engine.events import (
+    ENGINE_EVENT_PREFIXES,
+    EngineEvent,
+    Event,
+    Receipt,
+    done_state_type,
+    to_event,
+)
 from xsm_celery.engine.plugins import dispatch, global_plugins
-from xsm_celery.engine.selection import Selection
-from xsm_celery.engine.snapshot import Snapshots
+from xsm_celery.engine.redact import public_context
+from xsm_celery.engine.selection import select_eventless, select_transitions
+from xsm_celery.engine.snapshot import DEFAULT_MAX_SNAPSHOT_BYTES, dump, restore, snapshot_dict
 from xsm_celery.engine.state import DONE, NOT_STARTED, RUNNING, STOPPED, StateView
-from xsm_celery.engine.step import Plan, initial_plan
-from xsm_celery.errors import InterpreterStoppedError, RunawayChainError
+from xsm_celery.engine.step import Plan, initial_plan, plan, record_history
+from xsm_celery.errors import (
+    ArgumentTypeError,
+    AsyncServiceError,
+    ContextValidationError,
+    InterpreterStoppedError,
+    RunawayChainError,
+)
 
 if TYPE_CHECKING:
+    from xsm_celery.engine.chart import ActionDef, InvokeDef
     from xsm_celery.engine.machine import Machine
+    from xsm_celery.engine.timers import Timer
 
-__all__ = ["NOT_STARTED", "RUNNING", "DONE", "STOPPED", "Core"]
-
-logger = logging.getLogger("xsm_celery.engine")
+__all__ = [
+    "DONE",
+    "NOT_STARTED",
+    "RUNNING",
+    "STOPPED",
+    "Core",
+    "StepResult",
+    "Subscription",
+    "initial_context",
+]
 
 _INIT = "xstate.init"
 
+CoreT = TypeVar("CoreT", bound="Core")
 
-class Core(StateView, Selection, Delivery, Snapshots, EffectsMixin):
-    """State and step loop of an interpreter; the drivers add the public send/start/stop."""
 
-    def __init__(self, machine: Machine, clock: Clock | None = None) -> None:
-        self._setup(machine, clock, copy.deepcopy(machine.initial_context))
+def initial_context(machine: Machine, input: Any) -> dict[str, Any]:
+    """A fresh context for one interpreter: the chart's (copied), or its factory's result.
+
+    Raises:
+        TypeError: a ``context`` callable returned something that is not a dict.
+    """
+    factory = machine.context_factory
+    if factory is None:
+        return copy.deepcopy(machine.initial_context)
+    made = factory({"input": input})
+    if not isinstance(made, dict):
+        raise ArgumentTypeError(
+            f"machine {machine.id!r}: the 'context' callable returned {type(made).__name__}; "
+            "return a dict"
+        )
+    return made
+
+
+class StepResult:
+    """What running one admitted event decided, collected across its whole run.
+
+    ``taken`` counts microsteps (a targetless transition counts), ``denied`` says the event
+    was handled but every guard refused it, ``error`` is the first contained error (an
+    action or a delay) of the run. It is the receipt's raw material. Each interpreter keeps
+    one and resets it per run (a run is never re-entered), which keeps ``send()`` free of an
+    allocation.
+    """
+
+    __slots__ = ("denied", "error", "taken")
+
+    def __init__(self) -> None:
+        self.taken = 0
+        self.denied = False
+        self.error: BaseException | None = None
+
+
+class Subscription:
+    """An ``on()`` listener; ``unsubscribe()`` (or calling it) removes it, once."""
+
+    __slots__ = ("_event_type", "_listener", "_listeners")
+
+    def __init__(
+        self,
+        listeners: dict[str, list[Callable[[Event], Any]]],
+        event_type: str,
+        listener: Callable[[Event], Any],
+    ) -> None:
+        self._listeners = listeners
+        self._event_type = event_type
+        self._listener = listener
+
+    def unsubscribe(self) -> None:
+        """Stop listening; a no-op the second time."""
+        listeners = self._listeners.get(self._event_type, [])
+        if self._listener in listeners:
+            listeners.remove(self._listener)
+
+    __call__ = unsubscribe
+
+
+class Core(StateView):
+    """State and run loop of an interpreter; the drivers add the public send/start/stop."""
+
+    def __init__(self, machine: Machine, clock: Clock | None = None, *, input: Any = None) -> None:
+        self._setup(machine, clock, initial_context(machine, input))
+        self.input = input
 
     def _setup(self, machine: Machine, clock: Clock | None, context: dict[str, Any]) -> None:
         self.machine = machine
         self.clock = clock if clock is not None else WallClock()
         self._context = context
-        self._config: frozenset[StateNode] = frozenset()
-        self._leaves: tuple[StateNode, ...] = ()
+        self._config = frozenset()
+        self._leaves = ()
         self._status = NOT_STARTED
-        self._plugins: list[Any] = global_plugins()
-        self._queue: deque[Event] = deque()
-        self._internal: deque[EngineEvent] = deque()
-        self._pending_invokes: list[StateNode] = []
+        self._plugins = global_plugins()
+        self._queue = deque()
+        self._internal = deque()
+        self._pending_invokes = []
         self._processing = False
-        self._timer_heap: list[tuple[float, int, Timer]] = []
-        self._timers_by_state: dict[StateNode, list[Timer]] = {}
+        self._timer_heap = []
+        self._timers_by_state = {}
         self._timer_seq = itertools.count()
-        self._actors: dict[StateNode, list[ActorRef]] = {}
-        self.children: dict[str, ActorRef] = {}
-        self._mailbox: deque[Event] = deque()
+        self._delayed = []
+        self._listeners = {}
+        self.parent = None
+        self._actor_id = None
+        self._invoked_as = None
+        self._actors = {}
+        self.children = {}
+        self._mailbox = deque()
         self._mailbox_lock = threading.Lock()
         self._cache = machine.step_cache
+        self._validator = machine.context_validator
+        self._result = StepResult()
+        self._history = {}
         self._steps = 0
-        self._taken = 0
-        self._denied = False
-        self._run_error: BaseException | None = None
-        self._finishing: StateNode | None = None
-        self.last_error: BaseException | None = None
-        self.output: Any = None
-        self.store_key: str | None = None
+        self.last_error = None
+        self.output = None
+        self.store_key = None
+        self.input = None
 
     def use(self, plugin: Any) -> Any:
         """Attach a plugin (before or after start); returns the interpreter for chaining."""
@@ -87,6 +185,29 @@ class Core(StateView, Selection, Delivery, Snapshots, EffectsMixin):
     def plugins(self) -> tuple[Any, ...]:
         """The attached plugins, in the order their hooks run."""
         return tuple(self._plugins)
+
+    def _send(self, event: Event, wait: bool) -> Receipt | None:
+        """The body of ``send()`` shared by both drivers: admit, catch up, run, report."""
+        if self._processing:
+            if delivery.admit(self, event):
+                self._queue.append(event)
+            return None
+        if self._status != RUNNING or event.type.startswith(ENGINE_EVENT_PREFIXES):
+            delivery.admit(self, event)
+            return delivery.refusal(self, event) if wait else None
+        if self._mailbox:
+            delivery.drain_mailbox(self)
+        if self._timer_heap:
+            delivery.fire_due(self, self.clock.now())
+        if self._plugins:
+            answered = delivery.intercept(self, event)
+            if answered is not None:
+                return answered if wait else None
+        if self._status != RUNNING:
+            delivery.admit(self, event)
+            return delivery.refusal(self, event) if wait else None
+        result = self._run(event)
+        return self._receipt(result) if wait else None
 
     def _begin(self) -> None:
         """Enter the initial configuration and settle it (the body of ``start()``)."""
@@ -101,56 +222,34 @@ class Core(StateView, Selection, Delivery, Snapshots, EffectsMixin):
         self.clock.attach(self)
         if self._plugins:
             dispatch(self, self._plugins, "on_interpreter_start", ())
-        cached = self._cache.get(_INIT)
-        if cached is None:
-            root = self.machine.root
-            cached = self._cache[_INIT] = (initial_plan(root), Transition(root, _INIT, ""))
-        plan, trans = cached
-        self._guarded(lambda event: self._initial_step(plan, event, trans),
-                      EngineEvent(_INIT, None, self.machine.id))  # fmt: skip
+        self._run(EngineEvent(_INIT, None, self.machine.id), self._enter_initial)
 
-    def _initial_step(self, plan: Plan, event: Event, trans: Transition) -> bool:
-        self._apply(plan, (), event, (trans,))
-        self._settle(event)
-        if self._internal or self._pending_invokes:
-            self._settle_internal()
-        return False
+    def _run(
+        self, event: Event, body: Callable[[Event, StepResult], bool] | None = None
+    ) -> StepResult:
+        """Process one admitted event to completion, then whatever actions queued meanwhile.
 
-    def _drain_queue(self) -> None:
-        handled = 0
-        queue = self._queue
-        while queue and self._status == RUNNING:
-            handled += 1
-            if handled > self.machine.chain_limit:
-                raise RunawayChainError(
-                    f"machine {self.id!r}: actions kept sending events "
-                    f"({self.machine.chain_limit} in one send) without settling",
-                    limit=self.machine.chain_limit,
-                )
-            self._steps = 0
-            self._process(queue.popleft())
-        queue.clear()
-
-    def _run(self, event: Event) -> bool:
-        """Process one admitted event to completion, then whatever it queued.
-
-        Returns whether the event was denied (handled here, but every guard said no).
+        ``body`` replaces the event's processing (start-up, restarted services). If the run
+        raises (a runaway chain), queued and internal events are dropped so the next send
+        starts clean; the configuration is whatever the last whole microstep left.
         """
-        return self._guarded(self._process, event)
-
-    def _guarded(self, body: Callable[[Event], bool], event: Event) -> bool:
-        """Run ``body(event)`` as one step: processing flag set, queued events drained after.
-
-        If the step raises (a runaway chain), queued and internal events are dropped so the
-        next send starts clean; the configuration is whatever the last whole microstep left.
-        """
+        # One record per interpreter, reset per run: a run is never re-entered (a send from
+        # inside it is queued), and the caller reads the record before the next run starts.
+        result = self._result
+        result.taken = 0
+        result.denied = False
+        result.error = None
         self._processing = True
-        self._run_error = None
         self._steps = 0
         try:
-            denied = body(event)
+            if body is None:
+                result.denied = self._process(event, result)
+            else:
+                result.denied = body(event, result)
             if self._queue:
-                self._drain_queue()
+                self._drain_queue(result)
+            if self._validator is not None:
+                self._record(self._validate_context(), result)
         except BaseException:
             self._queue.clear()
             self._internal.clear()
@@ -158,64 +257,93 @@ class Core(StateView, Selection, Delivery, Snapshots, EffectsMixin):
             raise
         finally:
             self._processing = False
-        return denied
+        return result
 
-    def _process(self, event: Event) -> bool:
-        """One event: its transitions, the eventless chain, internal events, invocations."""
+    def _enter_initial(self, event: Event, result: StepResult) -> bool:
+        cached = self._cache.get(_INIT)
+        if cached is None:
+            root = self.machine.root
+            cached = self._cache[_INIT] = (initial_plan(root), Transition(root, _INIT, ""))
+        start_plan, trans = cached
+        self._apply(start_plan, (), event, (trans,), result)
+        self._settle(event, result)
+        if self._internal or self._pending_invokes:
+            self._settle_internal(result)
+        return False
+
+    def _settle_queued(self, event: Event, result: StepResult) -> bool:
+        """A run body for work already queued: internal events, invocations to start."""
+        self._settle_internal(result)
+        return False
+
+    def _drain_queue(self, result: StepResult) -> None:
+        handled = 0
+        queue = self._queue
+        limit = self.machine.chain_limit
+        while queue and self._status == RUNNING:
+            handled += 1
+            if handled > limit:
+                raise RunawayChainError(
+                    f"machine {self.id!r}: actions kept sending events ({limit} in one send) "
+                    "without settling",
+                    limit=limit,
+                )
+            self._steps = 0
+            self._process(queue.popleft(), result)
+        queue.clear()
+
+    def _process(self, event: Event, result: StepResult) -> bool:
+        """One event: its transitions, the eventless chain, internal events, invocations.
+
+        Returns whether the event was denied (handled, but every guard said no).
+        """
         plugins = self._plugins
-        taken = self._taken
+        taken_before = result.taken
         if plugins:
             dispatch(self, plugins, "on_event_received", (event,))
-        self._denied = False
-        selected = self._select(event)
+        selected = select_transitions(self, event)
         if selected:
-            self._microstep(selected, event)
-        denied = self._denied and not selected
-        self._settle(event)
+            self._microstep(selected, event, result)
+        denied = selected is not None and not selected
+        self._settle(event, result)
         if plugins:
             receipt = Receipt(
                 frozenset(s.id for s in self._leaves),
-                self._taken != taken,
-                self._run_error,
+                result.taken != taken_before,
+                result.error,
                 False,
                 denied,
             )
             dispatch(self, plugins, "on_event_processed", (event, receipt))
         if self._internal or self._pending_invokes:
-            self._settle_internal()
+            self._settle_internal(result)
         return denied
 
-    def _settle(self, event: Event) -> None:
+    def _settle(self, event: Event, result: StepResult) -> None:
         """Take eventless transitions until none is enabled."""
         if not self.machine.has_always:
             return
         while self._status == RUNNING:
-            selected = self._select_eventless(event)
+            selected = select_eventless(self, event)
             if not selected:
                 return
-            self._microstep(selected, event)
+            self._microstep(selected, event, result)
 
-    def _run_pending_invokes(self) -> None:
-        """Start invocations queued outside a step (a restore with ``restart_services``)."""
-        self._guarded(self._restart_step, Event(_INIT))
-
-    def _restart_step(self, event: Event) -> bool:
-        self._settle_internal()
-        return False
-
-    def _settle_internal(self) -> None:
+    def _settle_internal(self, result: StepResult) -> None:
         """Process internal events and start pending invocations until neither is left."""
         while self._status == RUNNING:
             if self._internal:
-                self._process(self._internal.popleft())
+                self._process(self._internal.popleft(), result)
             elif self._pending_invokes:
-                self._start_pending_invokes()
+                services.start_pending_invokes(self)
             else:
                 return
         self._internal.clear()
         self._pending_invokes.clear()
 
-    def _microstep(self, transitions: tuple[Transition, ...], event: Event) -> None:
+    def _microstep(
+        self, transitions: tuple[Transition, ...], event: Event, result: StepResult
+    ) -> None:
         self._steps += 1
         if self._steps > self.machine.chain_limit:
             raise RunawayChainError(
@@ -224,63 +352,90 @@ class Core(StateView, Selection, Delivery, Snapshots, EffectsMixin):
                 f"(now in {sorted(s.id for s in self._leaves)})",
                 limit=self.machine.chain_limit,
             )
-        self._taken += 1
-        config = self._config
-        key = (config, transitions)
-        plan = self._cache.get(key)
-        if plan is None:
-            from xsm_celery.engine.step import plan as compute
-
-            plan = compute(config, transitions, self._cache)
-        self._apply(plan, transitions, event, transitions)
+        result.taken += 1
+        step = self._cache.get((self._config, transitions))
+        if step is None:
+            step = plan(self._config, transitions, self._cache, self._history)
+        self._apply(step, transitions, event, transitions, result)
 
     def _apply(
         self,
-        plan: Plan,
+        step: Plan,
         transitions: tuple[Transition, ...],
         event: Event,
         reported: tuple[Transition, ...],
+        result: StepResult,
     ) -> None:
         """Carry out a plan: exit, transition actions, enter; then report the transitions."""
         before = self._config
-        for node in plan.exits:
+        for node in step.exits:
+            if node.history_children:
+                record_history(node, before, self._history)
             if node.exit:
-                self._run_actions(node.exit, event)
+                error = run_actions(self, node.exit, event)
+                if error is not None:
+                    self._record(error, result)
             if self._timers_by_state and node in self._timers_by_state:
-                self._cancel_timers(node)
+                timers.cancel_timers(self, node)
             if self._actors and node in self._actors:
-                self._stop_actors(node)
+                services.stop_actors(self, node)
         for trans in transitions:
             if trans.actions:
-                self._run_actions(trans.actions, event)
-        self._config = plan.config
-        self._leaves = plan.leaves
+                error = run_actions(self, trans.actions, event)
+                if error is not None:
+                    self._record(error, result)
+        self._config = step.config
+        self._leaves = step.leaves
         finals: list[StateNode] | None = None
-        for node in plan.entries:
+        for node in step.entries:
             if node.entry:
-                self._run_actions(node.entry, event)
+                error = run_actions(self, node.entry, event)
+                if error is not None:
+                    self._record(error, result)
             if node.after:
-                self._arm_timers(node, event)
+                delay_error = timers.arm_timers(self, node, event)
+                if delay_error is not None:
+                    self._record(delay_error, result)
             if node.invoke:
                 self._pending_invokes.append(node)
             if node.type == "final":
                 if finals is None:
                     finals = []
                 finals.append(node)
-        if finals is not None:
-            self._finals_entered(finals)
+        finished = self._finals_entered(finals) if finals is not None else None
         if self._plugins:
             for trans in reported:
-                dispatch(self, self._plugins, "on_transition", (set(before), set(plan.config),
+                dispatch(self, self._plugins, "on_transition", (set(before), set(step.config),
                                                                  trans))  # fmt: skip
-        if self._finishing is not None:
-            self._finish(self._finishing)
+        if finished is not None:
+            self._finish(finished)
 
-    def _finals_entered(self, finals: list[StateNode]) -> None:
+    def _validate_context(self) -> ContextValidationError | None:
+        """Run the machine's context validator on the user's keys; write back what it returns."""
+        validator = self._validator
+        assert validator is not None
+        try:
+            coerced = validator(public_context(self._context))
+        except Exception as exc:
+            error = ContextValidationError(self.id, str(exc))
+            delivery.logger.error("%s", error)
+            return error
+        if isinstance(coerced, Mapping):
+            self._context.update(coerced)
+        return None
+
+    def _record(self, error: BaseException | None, result: StepResult) -> None:
+        if error is not None:
+            self.last_error = error
+            if result.error is None:
+                result.error = error
+
+    def _finals_entered(self, finals: list[StateNode]) -> StateNode | None:
         """Raise ``done.state`` for completed parents, then for completed parallel states.
 
         Parents first, in entry order, then each parallel ancestor whose regions are all
-        final: the order SCXML gives when several regions finish in one step.
+        final: the order SCXML gives when several regions finish in one step. Returns the
+        final state that ends the machine, if the root is done.
         """
         root = self.machine.root
         parents: list[StateNode] = []
@@ -289,8 +444,7 @@ class Core(StateView, Selection, Delivery, Snapshots, EffectsMixin):
             if parent is None or parent in parents:
                 continue
             if parent is root:
-                self._finishing = node
-                return
+                return node
             parents.append(parent)
             self._internal.append(EngineEvent(done_state_type(parent.id), node.output, parent.id))
         raised: set[StateNode] = set()
@@ -300,11 +454,11 @@ class Core(StateView, Selection, Delivery, Snapshots, EffectsMixin):
                 if not self._in_final(grand):
                     break
                 if grand is root:
-                    self._finishing = finals[-1]
-                    return
+                    return finals[-1]
                 raised.add(grand)
                 self._internal.append(EngineEvent(done_state_type(grand.id), None, grand.id))
                 grand = grand.parent
+        return None
 
     def _in_final(self, node: StateNode) -> bool:
         """Whether a compound state sits in a final child, or every region of a parallel does."""
@@ -316,25 +470,26 @@ class Core(StateView, Selection, Delivery, Snapshots, EffectsMixin):
 
     def _finish(self, final: StateNode) -> None:
         """The machine reached a top-level final state: it is done."""
-        self._finishing = None
         self._status = DONE
         self.output = final.output if final.output is not None else self.machine.root.output
         self._internal.clear()
         self._pending_invokes.clear()
         self._queue.clear()
-        self._cancel_all_timers()
-        self._stop_all_actors()
+        timers.cancel_all_timers(self)
+        services.stop_all_actors(self)
         self.clock.detach(self)
         if self._plugins:
             dispatch(self, self._plugins, "on_done", (self.output,))
+        if self.parent is not None:
+            child_finished(self)
 
     def _halt(self) -> None:
         """Stop: cancel timers, clean up actors, detach from the clock (``stop()``'s body)."""
-        if self._status in (STOPPED,):
+        if self._status == STOPPED:
             return
         was_running = self._status == RUNNING
-        self._cancel_all_timers()
-        self._stop_all_actors()
+        timers.cancel_all_timers(self)
+        services.stop_all_actors(self)
         self.clock.detach(self)
         if self._status != DONE:
             self._status = STOPPED
@@ -342,3 +497,191 @@ class Core(StateView, Selection, Delivery, Snapshots, EffectsMixin):
             self._mailbox.clear()
         if was_running and self._plugins:
             dispatch(self, self._plugins, "on_interpreter_stop", ())
+
+    def _receipt(self, result: StepResult) -> Receipt:
+        return Receipt(
+            frozenset(s.id for s in self._leaves),
+            result.taken > 0,
+            result.error,
+            False,
+            result.denied,
+        )
+
+    def tick(self) -> None:
+        """Deliver mailbox events and fire the timers that are due by the clock."""
+        if self._processing or self._status != RUNNING:
+            return
+        delivery.drain_mailbox(self)
+        if self._timer_heap:
+            delivery.fire_due(self, self.clock.now())
+
+    def send_threadsafe(self, event_or_type: Any, /, **payload: Any) -> None:
+        """Queue an event from any thread; it runs on the owner's next step.
+
+        A sync interpreter delivers it at its next ``send()``, ``tick()`` or clock
+        increment; the async one on its event loop. FIFO per sending thread.
+        """
+        delivery.post_threadsafe(self, event_or_type, payload)
+
+    def on(self, event_type: str, listener: Callable[[Event], Any]) -> Subscription:
+        """Listen to events the machine ``emit``s: one type, or ``"*"`` for all of them.
+
+        A listener that raises is logged and contained. Returns a subscription whose
+        ``unsubscribe()`` (or call) removes the listener.
+        """
+        if not callable(listener):
+            raise ArgumentTypeError(
+                f"on() needs a callable listener, got {type(listener).__name__}"
+            )
+        self._listeners.setdefault(event_type, []).append(listener)
+        return Subscription(self._listeners, event_type, listener)
+
+    def _emit(self, event: Event) -> None:
+        """Deliver an emitted event to its listeners (the type's, then ``*``)."""
+        for key in (event.type, "*"):
+            for listener in list(self._listeners.get(key, ())):
+                try:
+                    listener(event)
+                except Exception:
+                    delivery.logger.exception(
+                        "machine %r: emit listener raised on %r; contained", self.id, event.type
+                    )
+
+    def _post_internal(self, event: Event) -> None:
+        """An engine event from outside the step (a child finished): queue it, or run it now."""
+        if self._status != RUNNING:
+            return
+        self._internal.append(event)
+        if not self._processing:
+            self._run(Event("xstate.child"), self._settle_queued)
+
+    def _spawn(self, src: str, actor_id: str | None, input: Any, path: str) -> None:
+        services.spawn(self, src, actor_id, input, path)
+
+    def _stop_child(self, actor_id: str) -> None:
+        services.stop_child(self, actor_id)
+
+    def send_to(self, actor_id: str, event_or_type: Any, /, **payload: Any) -> None:
+        """Send an event to a running child actor (``"#_parent"``: to the parent machine).
+
+        An unknown or stopped actor id is logged and ignored, as XState ignores sends to a
+        child that is gone.
+        """
+        if actor_id == "#_parent" and self.parent is not None:
+            self.parent._send(to_event(event_or_type, payload), False)
+            return
+        actor = self.children.get(actor_id)
+        if actor is None:
+            delivery.logger.warning("machine %r: no running actor %r", self.id, actor_id)
+            return
+        actor.send(event_or_type, **payload)
+
+    def pending_timers(self) -> list[Timer]:
+        """The armed ``after`` timers, earliest first."""
+        return timers.pending_timers(self)
+
+    def get_snapshot(self) -> str:
+        """The machine at rest as a JSON string (see :mod:`xsm_celery.engine.snapshot`).
+
+        Raises:
+            SnapshotError: the context holds a value JSON cannot encode.
+        """
+        return dump(self)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The snapshot as a dict; the context inside is the live one, not a copy."""
+        return snapshot_dict(self)
+
+    @classmethod
+    def from_snapshot(
+        cls: type[CoreT],
+        snapshot: str | bytes | Mapping[str, Any],
+        machine: Machine,
+        clock: Clock | None = None,
+        *,
+        verify_machine_hash: bool = True,
+        expected_machine_hash: str | None = None,
+        restart_services: bool = False,
+        plugins: Iterable[Any] = (),
+        max_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES,
+    ) -> CoreT:
+        """Rebuild a running interpreter from :meth:`get_snapshot`, in this or another process.
+
+        Entry actions do not run again; pending ``after`` timers are re-armed at their
+        original wall-clock due time (firing on the next tick if overdue). Callback actors
+        and async services are not restored unless ``restart_services`` is set.
+
+        Args:
+            snapshot: The JSON string (or its parsed dict).
+            machine: The same chart; a changed structure is refused.
+            clock: Clock of the restored interpreter (defaults to a ``WallClock``).
+            verify_machine_hash: False restores across a structure change.
+            expected_machine_hash: Also accept snapshots taken with this older hash.
+            restart_services: Start the invocations of the active states again.
+            plugins: Plugins to attach before anything runs (global ones are attached too).
+            max_bytes: Size cap, checked before parsing.
+
+        Raises:
+            SnapshotTooLargeError: over ``max_bytes``.
+            SnapshotCorruptError: not JSON, a missing or ill-typed field, unknown states.
+            SnapshotMismatchError: another machine, or a changed structure.
+        """
+        core = cls.__new__(cls)
+        restore(
+            core,
+            snapshot,
+            machine,
+            clock,
+            verify_machine_hash=verify_machine_hash,
+            expected_machine_hash=expected_machine_hash,
+            plugins=plugins,
+            max_bytes=max_bytes,
+        )
+        if restart_services and core._status == RUNNING:
+            core._pending_invokes = [n for n in machine.nodes if n.invoke and n in core._config]
+            core._run(Event(_INIT), core._settle_queued)
+        return core
+
+    def _clock_next_due(self) -> float | None:
+        if self._processing or self._status != RUNNING:
+            return None
+        heap = self._timer_heap
+        if not heap:
+            return None
+        if heap[0][2].cancelled:
+            return timers.next_due(self)
+        return heap[0][0]
+
+    def _clock_fire(self, now_ms: float) -> None:
+        delivery.fire_due(self, now_ms, most=1)
+
+    def _clock_drain(self) -> bool:
+        return delivery.drain_mailbox(self)
+
+    def _timers_armed(self) -> None:
+        """Driver hook: the async interpreter schedules a wake-up for its next timer."""
+
+    def _wake(self) -> None:
+        """Driver hook: the async interpreter schedules a mailbox drain on its loop."""
+
+    def _start_async_action(self, action: ActionDef, awaitable: Any, event: Event) -> None:
+        """Driver hook: an action returned an awaitable; only the async interpreter runs it."""
+        if inspect.iscoroutine(awaitable):
+            awaitable.close()
+        raise AsyncServiceError(
+            f"action {action.type!r} is async; SyncInterpreter runs sync actions only, use "
+            "the async Interpreter"
+        )
+
+    def _start_awaitable(self, inv: InvokeDef, node: StateNode, result: Any) -> None:
+        """Driver hook: a service returned an awaitable; only the async interpreter runs it."""
+        if inspect.iscoroutine(result):
+            result.close()
+        services.service_failed(
+            self,
+            inv,
+            AsyncServiceError(
+                f"service {inv.src!r} is async; SyncInterpreter runs sync services only, "
+                "use the async Interpreter"
+            ),
+        )

@@ -10,14 +10,15 @@ a :class:`SnapshotError` subclass and never a raw ``json`` or ``KeyError``.
 
 from __future__ import annotations
 
-import heapq
 import json
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any
 
-from xsm_celery.engine.effects import Timer
+from xsm_celery.engine.children import restore_children, saved_children
+from xsm_celery.engine.events import Event
 from xsm_celery.engine.state import DONE, NOT_STARTED, RUNNING, STOPPED
 from xsm_celery.engine.step import leaves_of
+from xsm_celery.engine.timers import Timer, push_timer
 from xsm_celery.errors import (
     SnapshotCorruptError,
     SnapshotError,
@@ -34,7 +35,8 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MAX_SNAPSHOT_BYTES",
     "SNAPSHOT_FORMAT",
-    "Snapshots",
+    "dump",
+    "from_v011",
     "restore",
     "snapshot_dict",
 ]
@@ -47,8 +49,6 @@ SNAPSHOT_FORMAT = 1
 DEFAULT_MAX_SNAPSHOT_BYTES = 1024 * 1024
 
 _STATUSES = (NOT_STARTED, RUNNING, DONE, STOPPED)
-
-CoreT = TypeVar("CoreT", bound="Core")
 
 
 def snapshot_dict(core: Core) -> dict[str, Any]:
@@ -65,7 +65,19 @@ def snapshot_dict(core: Core) -> dict[str, Any]:
             "due_at_wall": wall + (t.due - now) / 1000.0,
         }
         for t in core.pending_timers()
+        if t.after is not None
     ]
+    delayed = [
+        {
+            "event": t.event.to_dict(),
+            "to": t.target,
+            "id": t.send_id,
+            "delay_ms": t.delay_ms,
+            "due_at_wall": wall + (t.due - now) / 1000.0,
+        }
+        for t in sorted(core._delayed, key=lambda t: t.due)
+        if t.event is not None and not t.cancelled
+    ] if core._delayed else []
     return {
         "format": SNAPSHOT_FORMAT,
         "machine_id": machine.id,
@@ -77,7 +89,12 @@ def snapshot_dict(core: Core) -> dict[str, Any]:
         "state_ids": sorted(s.id for s in core.active_leaves),
         "context": core.context,
         "deadlines": deadlines,
+        "delayed": delayed,
         "output": core.output,
+        "children": saved_children(core) if core._actors else {},
+        "history": {
+            hist.id: [s.id for s in kept] for hist, kept in core._history.items()
+        },
     }
 
 
@@ -161,7 +178,7 @@ def configuration(machine: Machine, state_ids: Iterable[Any]) -> frozenset[State
     config: set[StateNode] = set()
     for state_id in state_ids:
         node = machine.find_state(state_id) if isinstance(state_id, str) else None
-        if node is None or node.children:
+        if node is None or node.children or node.type == "history":
             raise SnapshotCorruptError(f"snapshot names {state_id!r}, not a leaf of {machine.id}")
         config.add(node)
         config.update(node.ancestors)
@@ -174,6 +191,30 @@ def configuration(machine: Machine, state_ids: Iterable[Any]) -> frozenset[State
         if node.type == "parallel" and len(active) != len(node.children):
             raise SnapshotCorruptError(f"snapshot lacks a region of parallel state {node.id!r}")
     return frozenset(config)
+
+
+def remembered_history(machine: Machine, raw: Any) -> dict[StateNode, tuple[StateNode, ...]]:
+    """What the snapshot's history states remember, checked against the chart."""
+    if not isinstance(raw, Mapping):
+        raise SnapshotCorruptError("snapshot field 'history' must be an object")
+    remembered: dict[StateNode, tuple[StateNode, ...]] = {}
+    for hist_id, state_ids in raw.items():
+        hist = machine.find_state(hist_id) if isinstance(hist_id, str) else None
+        if hist is None or hist.type != "history" or hist.parent is None:
+            raise SnapshotCorruptError(f"snapshot history names {hist_id!r}, not a history state")
+        if not isinstance(state_ids, list):
+            raise SnapshotCorruptError(f"snapshot history of {hist_id!r} must be a list of ids")
+        kept = []
+        for state_id in state_ids:
+            node = machine.find_state(state_id) if isinstance(state_id, str) else None
+            if node is None or hist.parent not in node.ancestor_set:
+                raise SnapshotCorruptError(
+                    f"snapshot history of {hist_id!r} names {state_id!r}, not a state inside "
+                    f"{hist.parent.id!r}"
+                )
+            kept.append(node)
+        remembered[hist] = tuple(kept)
+    return remembered
 
 
 def rearm(core: Core, deadlines: Any) -> None:
@@ -195,112 +236,132 @@ def rearm(core: Core, deadlines: Any) -> None:
         # Epoch seconds near 1.7e9 carry ~0.2 us of float error; round it away so a timer
         # saved with 900 ms left fires after exactly 900 ms, not 900.0002.
         remaining = max(0.0, round((due_wall - wall) * 1000.0, 3))
-        timer = Timer(now + remaining, node, after, delay)
-        heapq.heappush(core._timer_heap, (timer.due, next(core._timer_seq), timer))
-        core._timers_by_state.setdefault(node, []).append(timer)
+        push_timer(core, Timer(now + remaining, node, after, delay))
+
+
+def from_v011(data: dict[str, Any], machine: Machine) -> dict[str, Any]:
+    """Translate a snapshot written by xstate-statemachine 0.11.0 (``version`` 4) into ours.
+
+    Its structure hash is computed another way, so it is not compared: the machine id and
+    every state id are still checked. Deadlines gain their ``after`` key (read off the event
+    type), history keyed by the parent state is given to each of its history states, and
+    0.11.0's actors (process-bound there too) are dropped.
+    """
+    converted = dict(data)
+    converted["format"] = SNAPSHOT_FORMAT
+    if _field(data, "machine_id", str) == machine.id:
+        converted["machine_hash"] = machine.structure_hash
+    deadlines = []
+    for item in data.get("deadlines") or []:
+        if not isinstance(item, Mapping):
+            raise SnapshotCorruptError(f"snapshot deadline is not an object: {item!r:.80}")
+        state_id = _field(item, "state_id", str)
+        event_type = _field(item, "event_type", str)
+        key = event_type.removeprefix("after.").removesuffix(f".{state_id}")
+        deadlines.append({**item, "key": key})
+    converted["deadlines"] = deadlines
+    history: dict[str, list[Any]] = {}
+    raw_history = data.get("history") or {}
+    if not isinstance(raw_history, Mapping):
+        raise SnapshotCorruptError("snapshot field 'history' must be an object")
+    for parent_id, state_ids in raw_history.items():
+        parent = machine.find_state(parent_id) if isinstance(parent_id, str) else None
+        if parent is None:
+            raise SnapshotCorruptError(f"snapshot history names {parent_id!r}, not a state")
+        if not isinstance(state_ids, list):
+            raise SnapshotCorruptError(f"snapshot history of {parent_id!r} must be a list")
+        nodes = [machine.find_state(i) if isinstance(i, str) else None for i in state_ids]
+        for hist in parent.history_children:
+            # 0.11.0 lists every remembered state; ours keeps the leaves (deep) or the
+            # active children (shallow) and enters the rest by default.
+            deep = hist.history == "deep"
+            kept = [
+                n.id
+                for n in nodes
+                if n is not None and (not n.children if deep else n.parent is parent)
+            ]
+            history[hist.id] = kept
+    converted["history"] = history
+    converted["delayed"] = []
+    converted["children"] = {}
+    if converted.get("status") == "error":
+        converted["status"] = "stopped"
+    return converted
+
+
+def rearm_delayed(core: Core, delayed: Any) -> None:
+    """Re-create pending delayed events (``raise``/``sendTo`` with a delay)."""
+    if not isinstance(delayed, list):
+        raise SnapshotCorruptError("snapshot field 'delayed' must be a list")
+    wall = core.clock.wall_now()
+    now = core.clock.now()
+    for item in delayed:
+        if not isinstance(item, Mapping):
+            raise SnapshotCorruptError(f"snapshot delayed event is not an object: {item!r:.80}")
+        raw = _field(item, "event", dict)
+        event_type = raw.get("type")
+        payload = raw.get("payload", {})
+        if not isinstance(event_type, str) or not event_type or not isinstance(payload, dict):
+            raise SnapshotCorruptError(f"snapshot delayed event is malformed: {item!r:.120}")
+        target = item.get("to")
+        send_id = item.get("id")
+        if not isinstance(target, (str, type(None))) or not isinstance(send_id, (str, type(None))):
+            raise SnapshotCorruptError(f"snapshot delayed event is malformed: {item!r:.120}")
+        due_wall = float(_field(item, "due_at_wall", (int, float)))
+        remaining = max(0.0, round((due_wall - wall) * 1000.0, 3))
+        delay = float(item.get("delay_ms", remaining))
+        timer = Timer(
+            now + remaining,
+            core.machine.root,
+            None,
+            delay,
+            event=Event(event_type, payload),
+            send_id=send_id,
+            target=target,
+        )
+        push_timer(core, timer)
 
 
 def restore(
-    cls: type[CoreT],
+    core: Core,
     snapshot: str | bytes | Mapping[str, Any],
     machine: Machine,
     clock: Clock | None,
     *,
     verify_machine_hash: bool = True,
     expected_machine_hash: str | None = None,
-    restart_services: bool = False,
     plugins: Iterable[Any] = (),
     max_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES,
-) -> CoreT:
-    """Build an interpreter of ``cls`` from a snapshot; see ``SyncInterpreter.from_snapshot``."""
+) -> None:
+    """Set up a blank interpreter from a snapshot; see ``SyncInterpreter.from_snapshot``."""
     data = parse(snapshot, max_bytes)
+    if "format" not in data and "configuration" in data:
+        data = from_v011(data, machine)
     check_machine(data, machine, verify_machine_hash, expected_machine_hash)
     status = _field(data, "status", str)
     if status not in _STATUSES:
         raise SnapshotCorruptError(f"snapshot status {status!r} is not one of {_STATUSES}")
     context = _field(data, "context", dict)
     state_ids = _field(data, "state_ids", list)
-    core = cls.__new__(cls)
     core._setup(machine, clock, context)
     for plugin in plugins:
         core.use(plugin)
     if status == NOT_STARTED:
-        return core
+        return
     core._config = configuration(machine, state_ids)
     core._leaves = leaves_of(core._config)
     core._status = status
     core.output = data.get("output")
+    history = data.get("history")
+    if history is not None and history != {}:
+        core._history = remembered_history(machine, history)
     if status == RUNNING:
         rearm(core, data.get("deadlines", []))
+        delayed = data.get("delayed")
+        if delayed is not None and delayed != []:
+            rearm_delayed(core, delayed)
+        children = data.get("children")
+        if children is not None and children != {}:
+            restore_children(core, children)
         core.clock.attach(core)
         core._timers_armed()
-        if restart_services:
-            core._pending_invokes = [n for n in machine.nodes if n.invoke and n in core._config]
-            core._run_pending_invokes()
-    return core
-
-
-SnapT = TypeVar("SnapT", bound="Snapshots")
-
-
-class Snapshots:
-    """``get_snapshot()`` / ``from_snapshot()`` of an interpreter (a mixin of ``Core``)."""
-
-    def get_snapshot(self) -> str:
-        """The machine at rest as a JSON string (see :mod:`xsm_celery.engine.snapshot`).
-
-        Raises:
-            SnapshotError: the context holds a value JSON cannot encode.
-        """
-        return dump(cast("Core", self))
-
-    def snapshot(self) -> dict[str, Any]:
-        """The snapshot as a dict; the context inside is the live one, not a copy."""
-        return snapshot_dict(cast("Core", self))
-
-    @classmethod
-    def from_snapshot(
-        cls: type[SnapT],
-        snapshot: str | bytes | Mapping[str, Any],
-        machine: Machine,
-        clock: Clock | None = None,
-        *,
-        verify_machine_hash: bool = True,
-        expected_machine_hash: str | None = None,
-        restart_services: bool = False,
-        plugins: Iterable[Any] = (),
-        max_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES,
-    ) -> SnapT:
-        """Rebuild a running interpreter from :meth:`get_snapshot`, in this or another process.
-
-        Entry actions do not run again; pending ``after`` timers are re-armed at their
-        original wall-clock due time (firing on the next tick if overdue). Callback actors
-        and async services are not restored unless ``restart_services`` is set.
-
-        Args:
-            snapshot: The JSON string (or its parsed dict).
-            machine: The same chart; a changed structure is refused.
-            clock: Clock of the restored interpreter (defaults to a ``WallClock``).
-            verify_machine_hash: False restores across a structure change.
-            expected_machine_hash: Also accept snapshots taken with this older hash.
-            restart_services: Start the invocations of the active states again.
-            plugins: Plugins to attach before anything runs (global ones are attached too).
-            max_bytes: Size cap, checked before parsing.
-
-        Raises:
-            SnapshotTooLargeError: over ``max_bytes``.
-            SnapshotCorruptError: not JSON, a missing or ill-typed field, unknown states.
-            SnapshotMismatchError: another machine, or a changed structure.
-        """
-        restored = restore(
-            cast("type[Core]", cls),
-            snapshot,
-            machine,
-            clock,
-            verify_machine_hash=verify_machine_hash,
-            expected_machine_hash=expected_machine_hash,
-            restart_services=restart_services,
-            plugins=plugins,
-            max_bytes=max_bytes,
-        )
-        return cast(SnapT, restored)

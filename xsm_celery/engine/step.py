@@ -9,18 +9,21 @@ configurations computes each step once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from xsm_celery.engine.chart import StateNode, Transition
-from xsm_celery.engine.targets import default_entry
+from xsm_celery.engine.targets import default_entry, history_entry
+from xsm_celery.errors import ImplementationMissingError
 
 __all__ = [
     "Plan",
     "exit_set",
     "initial_plan",
     "leaves_of",
+    "missing_implementation",
     "plan",
+    "record_history",
     "remove_conflicts",
 ]
 
@@ -55,18 +58,33 @@ def exit_set(config: frozenset[StateNode], trans: Transition) -> set[StateNode]:
 
 
 def plan(
-    config: frozenset[StateNode], transitions: Sequence[Transition], cache: dict[Any, Plan]
+    config: frozenset[StateNode],
+    transitions: Sequence[Transition],
+    cache: dict[Any, Plan],
+    remembered: Mapping[StateNode, tuple[StateNode, ...]] | None = None,
 ) -> Plan:
-    """The microstep for ``transitions`` taken together from ``config`` (cached)."""
+    """The microstep for ``transitions`` taken together from ``config``.
+
+    Cached by configuration and transitions, except a step into a history state: what it
+    enters depends on ``remembered`` (history state -> the states it recorded).
+    """
     key = (config, tuple(transitions))
     found = cache.get(key)
     if found is not None:
         return found
     exits: set[StateNode] = set()
     entries: set[StateNode] = set()
+    historic = False
     for trans in transitions:
         exits |= exit_set(config, trans)
-        entries.update(trans.entry)
+        if trans.history:
+            historic = True
+            entries.update(history_entry(trans, remembered or {}))
+        else:
+            entries.update(trans.entry)
+    missing = missing_implementation(exits, entries, transitions)
+    if missing is not None:
+        raise missing
     new_config = frozenset((config - exits) | entries)
     result = Plan(
         tuple(sorted(exits, key=_order, reverse=True)),
@@ -74,15 +92,70 @@ def plan(
         new_config,
         leaves_of(new_config),
     )
-    if len(cache) < CACHE_LIMIT:
+    if not historic and len(cache) < CACHE_LIMIT:
         cache[key] = result
     return result
 
 
+def record_history(
+    exiting: StateNode,
+    config: frozenset[StateNode],
+    remembered: dict[StateNode, tuple[StateNode, ...]],
+) -> None:
+    """Record, for each history child of a state about to exit, what it must restore.
+
+    Shallow history keeps the active children, deep history every active leaf below the
+    state (in document order). SCXML records on exit, before any exit action runs.
+    """
+    for hist in exiting.history_children:
+        if hist.history == "deep":
+            kept = tuple(s for s in leaves_of(config) if exiting in s.ancestor_set)
+        else:
+            kept = tuple(sorted((c for c in exiting.children if c in config), key=_order))
+        remembered[hist] = kept
+
+
+def missing_implementation(
+    exits: Iterable[StateNode], entries: Iterable[StateNode], transitions: Iterable[Transition]
+) -> ImplementationMissingError | None:
+    """The first action, service or named delay a step would need but the logic lacks.
+
+    Checked when a step is planned, before anything runs, so a chart with incomplete logic
+    fails the ``send()`` that needs the missing piece and keeps its configuration.
+    """
+    for node in exits:
+        for action in node.exit:
+            if action.fn is None:
+                return ImplementationMissingError("action", action.type, path=action.path)
+    for trans in transitions:
+        for action in trans.actions:
+            if action.fn is None:
+                return ImplementationMissingError("action", action.type, path=action.path)
+    for node in sorted(entries, key=_order):
+        for action in node.entry:
+            if action.fn is None:
+                return ImplementationMissingError("action", action.type, path=action.path)
+        for after in node.after:
+            if after.delay_ms is None and after.delay_fn is None:
+                return ImplementationMissingError("delay", after.key, path=after.path)
+        for inv in node.invoke:
+            if inv.impl is None:
+                return ImplementationMissingError("service", inv.src, path=inv.path)
+    return None
+
+
 def initial_plan(root: StateNode) -> Plan:
-    """The plan of ``start()``: enter the root and its default descendants."""
+    """The plan of ``start()``: enter the root and its default descendants.
+
+    Raises:
+        ImplementationMissingError: the initial states need an action, service or named
+            delay the logic lacks.
+    """
     into: set[StateNode] = set()
     default_entry(root, into)
+    missing = missing_implementation((), into, ())
+    if missing is not None:
+        raise missing
     config = frozenset(into)
     return Plan((), tuple(sorted(into, key=_order)), config, leaves_of(config))
 

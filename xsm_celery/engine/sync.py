@@ -23,10 +23,11 @@ class SyncInterpreter(Core):
     Args:
         machine: From :func:`create_machine`.
         clock: Defaults to a ``WallClock``.
+        input: Passed to a ``context`` callable as ``{"input": input}`` (XState's input).
     """
 
-    def __init__(self, machine: Machine, clock: Clock | None = None) -> None:
-        super().__init__(machine, clock)
+    def __init__(self, machine: Machine, clock: Clock | None = None, *, input: Any = None) -> None:
+        super().__init__(machine, clock, input=input)
 
     def start(self) -> SyncInterpreter:
         """Enter the initial states and settle them; returns ``self`` for chaining.
@@ -63,6 +64,11 @@ class SyncInterpreter(Core):
         else:
             event = to_event(event_or_type, payload)
         return self._send(event, wait)
+
+    def send_events(self, events: Any) -> None:
+        """Send each event of an iterable in order (each is processed to completion)."""
+        for event in events:
+            self.send(event)
 
     def stop(self) -> None:
         """Stop: cancel timers, run actor cleanups, refuse further events. Idempotent."""

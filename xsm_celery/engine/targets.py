@@ -2,9 +2,11 @@
 
 A target may be a sibling key (``"done"``), a dotted path below a sibling (``"b.c"``), a
 child of the source (``".child"``), a custom id (``"#retry"`` or ``"#retry.waiting"``) or a
-full dotted id from the root (``"job.retrying"``). Since history states are not supported,
-the set of states a transition enters depends only on its targets, so it is computed here
-once; the exit set is the active part of the transition's domain and is found per step.
+full dotted id from the root (``"job.retrying"``). The set of states a transition enters
+depends only on its targets, so it is computed here once, except when a target is a history
+state: what that enters depends on what its parent last had active, so
+:func:`history_entry` finds it per step. The exit set is the active part of the
+transition's domain and is found per step.
 """
 
 from __future__ import annotations
@@ -12,13 +14,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from xsm_celery.engine.chart import StateNode, Transition
-from xsm_celery.errors import StateNotFoundError
+from xsm_celery.engine.events import is_descriptor, matches_descriptor
+from xsm_celery.errors import InvalidConfigError, StateNotFoundError
 
 __all__ = [
     "build_handler_tables",
+    "candidates_for",
     "compute_domain",
     "default_entry",
     "entry_set",
+    "entry_states",
+    "history_entry",
+    "resolve_history_defaults",
     "resolve_target",
     "resolve_transitions",
     "state_by_path",
@@ -116,13 +123,19 @@ def _common_child(parent: StateNode, targets: Iterable[StateNode]) -> StateNode 
 
 def entry_set(trans: Transition) -> tuple[StateNode, ...]:
     """Every state the transition enters, in document order (entry order)."""
-    domain = trans.domain
+    return entry_states(trans.targets, trans.domain)
+
+
+def entry_states(
+    targets: Sequence[StateNode], domain: StateNode | None
+) -> tuple[StateNode, ...]:
+    """The states entered when ``targets`` are entered from inside ``domain``, in entry order."""
     if domain is None:
         return ()
     into: set[StateNode] = set()
-    for target in trans.targets:
+    for target in targets:
         default_entry(target, into)
-    for target in trans.targets:
+    for target in targets:
         for ancestor in target.ancestors:
             if ancestor is domain:
                 break
@@ -132,6 +145,61 @@ def entry_set(trans: Transition) -> tuple[StateNode, ...]:
     if domain.type == "parallel":
         _enter_missing_regions(domain, into)
     return tuple(sorted(into, key=lambda s: s.order))
+
+
+def history_entry(
+    trans: Transition, remembered: Mapping[StateNode, tuple[StateNode, ...]]
+) -> tuple[StateNode, ...]:
+    """The entry set of a transition that targets history states, given what they remember.
+
+    A history state stands for what its parent last had active: the active children
+    (shallow, each entered by default) or every active leaf (deep). Never visited, it stands
+    for its default ``target``, or without one for its parent's default entry, as in XState
+    v5 and SCXML.
+    """
+    concrete: list[StateNode] = []
+    for target in trans.targets:
+        if target.type != "history":
+            concrete.append(target)
+            continue
+        recorded = remembered.get(target)
+        if recorded:
+            concrete.extend(recorded)
+        elif target.history_default:
+            concrete.extend(target.history_default)
+        else:
+            assert target.parent is not None
+            concrete.append(target.parent)
+    return entry_states(concrete, trans.domain)
+
+
+def resolve_history_defaults(
+    nodes: Iterable[StateNode], root: StateNode, by_custom_id: Mapping[str, StateNode]
+) -> None:
+    """Resolve each history state's default targets, which must lie inside its parent.
+
+    Raises:
+        StateNotFoundError: a default target names no state.
+        InvalidConfigError: it names a state outside the parent, or another history state.
+    """
+    for node in nodes:
+        if node.type != "history":
+            continue
+        parent = node.parent
+        assert parent is not None
+        found = []
+        for ref in node.history_target_ids:
+            target = resolve_target(ref, node, root, by_custom_id)
+            if target is None:
+                raise StateNotFoundError(ref, reference_id=node.id, path=f"{node.path}.target")
+            if parent not in target.ancestor_set or target.type == "history":
+                raise InvalidConfigError(
+                    f"history state {node.id!r} defaults to {target.id!r}; a default target "
+                    f"must be a state inside {parent.id!r} (not a history state)",
+                    path=f"{node.path}.target",
+                )
+            found.append(target)
+        node.history_default = tuple(found)
 
 
 def _enter_missing_regions(parallel: StateNode, into: set[StateNode]) -> None:
@@ -160,28 +228,65 @@ def resolve_transitions(
             nodes.append(node)
         trans.targets = tuple(nodes)
         trans.domain = compute_domain(trans)
-        trans.entry = entry_set(trans)
+        trans.history = any(node.type == "history" for node in nodes)
+        trans.entry = () if trans.history else entry_set(trans)
 
 
 def build_handler_tables(nodes: Iterable[StateNode]) -> None:
     """Give each leaf its candidates per event, its own first, then each ancestor's.
 
     Selecting a transition for an event in a leaf is then one dict look-up plus guard checks,
-    which is what keeps ``send()`` cheap.
+    which is what keeps ``send()`` cheap. A leaf under a wildcard descriptor (``*``,
+    ``order.*``) fills its table per event type on first use instead (see
+    :func:`candidates_for`), since which descriptors match depends on the event.
     """
+    for node in nodes:
+        own: dict[str, list[Transition]] = {}
+        for event, candidates in node.on.items():
+            own.setdefault(event, []).extend(candidates)
+        for after in node.after:
+            own.setdefault(after.event_type, []).extend(after.transitions)
+        for inv in node.invoke:
+            own.setdefault(inv.done_type, []).extend(inv.on_done)
+            own.setdefault(inv.error_type, []).extend(inv.on_error)
+        node.own_handlers = {event: tuple(cands) for event, cands in own.items()}
     for node in nodes:
         if not node.is_leaf:
             continue
+        chain = (node, *node.ancestors)
+        node.eventless = tuple(t for state in chain for t in state.always)
+        node.has_wildcards = any(is_descriptor(key) for state in chain for key in state.on)
+        if node.has_wildcards:
+            node.handlers = {}
+            continue
         handlers: dict[str, list[Transition]] = {}
-        eventless: list[Transition] = []
-        for state in (node, *node.ancestors):
-            for event, candidates in state.on.items():
+        for state in chain:
+            for event, candidates in state.own_handlers.items():
                 handlers.setdefault(event, []).extend(candidates)
-            for after in state.after:
-                handlers.setdefault(after.event_type, []).extend(after.transitions)
-            for inv in state.invoke:
-                handlers.setdefault(inv.done_type, []).extend(inv.on_done)
-                handlers.setdefault(inv.error_type, []).extend(inv.on_error)
-            eventless.extend(state.always)
         node.handlers = {event: tuple(cands) for event, cands in handlers.items()}
-        node.eventless = tuple(eventless)
+
+
+#: Event types a wildcard leaf remembers candidates for; past it they are found each time.
+WILDCARD_CACHE_LIMIT = 1024
+
+
+def candidates_for(leaf: StateNode, event_type: str) -> tuple[Transition, ...]:
+    """The candidates of a wildcard leaf for one event type, as XState v5 orders them.
+
+    From the leaf up, each state offers its exact transitions for the event if it has any,
+    otherwise those of its matching descriptors, the longest descriptor first. Engine events
+    match no descriptor.
+    """
+    found: list[Transition] = []
+    for state in (leaf, *leaf.ancestors):
+        exact = state.own_handlers.get(event_type)
+        if exact:
+            found.extend(exact)
+            continue
+        matching = [k for k in state.on if is_descriptor(k) and matches_descriptor(k, event_type)]
+        for key in sorted(matching, key=len, reverse=True):
+            found.extend(state.on[key])
+    result = tuple(found)
+    if len(leaf.handlers) < WILDCARD_CACHE_LIMIT:
+        leaf.handlers[event_type] = result
+    return result

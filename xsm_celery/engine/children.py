@@ -1,0 +1,159 @@
+"""Child machines: a ``Machine`` given as a service runs as a child actor of its parent.
+
+The child is an interpreter of the parent's kind (sync or async) on the parent's clock, with
+its own context (from its chart, or its ``context`` callable given the invoke's ``input``),
+the global plugins and none of the parent's. It talks back with ``sendParent``; the parent
+talks to it with ``sendTo`` / ``send_to(id, ...)``. When it reaches a top-level final state
+the parent gets ``done.invoke.<id>`` with the child's ``output``; when it fails (its start
+or a step raises) the parent gets ``error.platform.<id>`` and the child is stopped. It is
+stopped when the invoking state exits (a spawned child: on ``stopChild`` or when the parent
+stops or finishes), and it travels inside the parent's snapshot.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from xsm_celery.engine.events import EngineEvent
+from xsm_celery.engine.plugins import dispatch
+
+if TYPE_CHECKING:
+    from xsm_celery.engine.chart import InvokeDef, StateNode
+    from xsm_celery.engine.invoke import ActorRef
+    from xsm_celery.engine.machine import Machine
+    from xsm_celery.engine.runtime import Core
+
+__all__ = ["child_failed", "restore_children", "saved_children", "start_child"]
+
+logger = logging.getLogger("xsm_celery.engine")
+
+
+def start_child(core: Core, inv: InvokeDef, node: StateNode, machine: Machine, input: Any) -> None:
+    """Create, register and start a child interpreter for ``inv``, owned by ``node``."""
+    from xsm_celery.engine.services import forget_actor, track_actor
+
+    child = type(core)(machine, clock=core.clock, input=input)
+    _adopt(core, child, inv)
+    actor = track_actor(core, inv, node)
+    actor.child = child
+    actor.cleanup = child._halt
+    try:
+        child._begin()
+    except Exception as exc:
+        forget_actor(core, node, actor)
+        actor.stop()
+        child_failed(core, inv, exc)
+
+
+def _adopt(core: Core, child: Core, inv: InvokeDef) -> None:
+    child.parent = core
+    child._actor_id = inv.id
+    child._invoked_as = inv
+
+
+def child_finished(child: Core) -> None:
+    """Called by a child reaching its final state: the parent gets ``done.invoke.<id>``."""
+    parent = child.parent
+    inv = child._invoked_as
+    if parent is None or inv is None:
+        return
+    actor = parent.children.get(inv.id)
+    if actor is None or actor.child is not child or actor.stopped:
+        return
+    for node, actors in list(parent._actors.items()):
+        if actor in actors:
+            from xsm_celery.engine.services import forget_actor
+
+            forget_actor(parent, node, actor)
+    actor.stopped = True
+    if parent._plugins:
+        dispatch(parent, parent._plugins, "on_service_done", (inv, child.output))
+    parent._post_internal(EngineEvent(inv.done_type, child.output, inv.id))
+
+
+def child_failed(core: Core, inv: InvokeDef, exc: BaseException) -> None:
+    """A child that raised: the parent gets ``error.platform.<id>`` (queued or run now)."""
+    logger.warning(
+        "machine %r: child %r failed with %s: %s", core.id, inv.id, type(exc).__name__, exc
+    )
+    if core._plugins:
+        dispatch(core, core._plugins, "on_service_error", (inv, exc))
+    core._post_internal(EngineEvent(inv.error_type, exc, inv.id))
+
+
+def deliver_to_child(parent: Core, actor: ActorRef, event: Any) -> None:
+    """Send an event into a child machine; a child whose step raises has failed."""
+    child = actor.child
+    assert child is not None
+    try:
+        child._send(event, False)
+    except Exception as exc:
+        for node, actors in list(parent._actors.items()):
+            if actor in actors:
+                from xsm_celery.engine.services import forget_actor
+
+                forget_actor(parent, node, actor)
+        actor.stop()
+        child_failed(parent, actor.definition, exc)
+
+
+def saved_children(core: Core) -> dict[str, Any]:
+    """The child machines of ``core`` for its snapshot: owner state, src and the child's own."""
+    from xsm_celery.engine.snapshot import snapshot_dict
+
+    saved: dict[str, Any] = {}
+    for node, actors in core._actors.items():
+        for actor in actors:
+            child = actor.child
+            if child is None or actor.stopped:
+                continue
+            inv = actor.definition
+            saved[inv.id] = {
+                "src": inv.src,
+                "owner": node.id,
+                "spawned": inv not in node.invoke,
+                "snapshot": snapshot_dict(child),
+            }
+    return saved
+
+
+def restore_children(core: Core, saved: Any) -> None:
+    """Re-create the child machines a snapshot holds, each restored from its own snapshot.
+
+    Raises:
+        SnapshotCorruptError: a child entry is malformed, its src is not a machine of the
+            logic, or its owner state is not active.
+    """
+    from xsm_celery.engine.chart import InvokeDef
+    from xsm_celery.engine.machine import Machine
+    from xsm_celery.engine.services import track_actor
+    from xsm_celery.errors import SnapshotCorruptError
+
+    if not isinstance(saved, dict):
+        raise SnapshotCorruptError("snapshot field 'children' must be an object")
+    for actor_id, item in saved.items():
+        if not isinstance(item, dict) or not isinstance(item.get("snapshot"), dict):
+            raise SnapshotCorruptError(f"snapshot child {actor_id!r} is malformed")
+        src = item.get("src")
+        machine = core.machine.logic.services.get(src) if isinstance(src, str) else None
+        owner = core.machine.find_state(str(item.get("owner")))
+        if not isinstance(machine, Machine):
+            raise SnapshotCorruptError(
+                f"snapshot child {actor_id!r} runs {src!r}, which the logic does not give as a "
+                "machine"
+            )
+        if owner is None or (owner is not core.machine.root and owner not in core._config):
+            raise SnapshotCorruptError(f"snapshot child {actor_id!r} belongs to no active state")
+        inv = next((i for i in owner.invoke if i.id == actor_id), None)
+        if inv is None:
+            inv = InvokeDef(core.machine.root, str(src), actor_id, "spawnChild")
+            inv.impl = machine
+        child = type(core).__new__(type(core))
+        from xsm_celery.engine.snapshot import restore
+
+        restore(child, item["snapshot"], machine, core.clock)
+        _adopt(core, child, inv)
+        actor = track_actor(core, inv, owner)
+        actor.child = child
+        actor.cleanup = child._halt
