@@ -43,7 +43,9 @@ def test_the_packed_path_and_a_single_connection_client_share_one_bucket() -> No
             pooled.client.delete(*keys)
 
 
-def test_a_flushed_script_and_a_restart_are_survived(running_redis: PrivateRedis) -> None:  # noqa: F811
+def test_a_flushed_script_and_a_restart_are_survived(
+    running_redis: PrivateRedis,  # noqa: F811
+) -> None:
     """After SCRIPT FLUSH and after a restart the packed admission reloads and keeps counting."""
     store = FleetRedis(running_redis.url(), prefix=_prefix())
     bucket = RedisTokenBucket(store, "flushed", rate=1, per=3600, burst=5)
@@ -54,7 +56,9 @@ def test_a_flushed_script_and_a_restart_are_survived(running_redis: PrivateRedis
     assert bucket.try_acquire().level == 2
 
 
-def test_an_outage_is_store_unavailable_for_the_packed_path(running_redis: PrivateRedis) -> None:  # noqa: F811
+def test_an_outage_is_store_unavailable_for_the_packed_path(
+    running_redis: PrivateRedis,  # noqa: F811
+) -> None:
     """With Redis stopped, before and after the first packing, the bucket raises the outage."""
     store = FleetRedis(running_redis.url(), prefix=_prefix())
     warm = RedisTokenBucket(store, "warm", rate=10, burst=10)
