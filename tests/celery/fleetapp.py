@@ -18,7 +18,7 @@ from celery import Celery
 
 from xsm_celery.celery import Xsm
 from xsm_celery.celery.admission import task_deferred
-from xsm_celery.celery.fleet import Concurrency, RateLimit
+from xsm_celery.celery.fleet import AIMD, Concurrency, RateLimit
 from xsm_celery.patterns import RetryPolicy
 
 RATE = float(os.environ.get("XSM_TEST_RATE", "10"))
@@ -123,3 +123,29 @@ def down_closed(tag: str, n: int) -> int:
     """Slot-limited, and deferred while the fleet Redis is down."""
     _redis.incr(key(tag, f"ran-{n}"))
     return n
+
+
+@xsm.task(shared=False, fleet_rate_limit=RateLimit("5/2s", sliding=True, key="windowed"))
+def windowed(tag: str) -> None:
+    """Record when the body ran, under a fleet sliding window of 5 per 2 s."""
+    _redis.rpush(key(tag, "times"), repr(time.time()))
+
+
+@xsm.task(
+    shared=False,
+    retry_policy=RetryPolicy(max_attempts=1),
+    fleet_concurrency=AIMD(
+        initial=1, min_limit=1, max_limit=3, latency_target_ms=2_000, interval_s=0.2,
+        key="adaptive", lease_s=5,
+    ),
+)  # fmt: skip
+def adaptive(tag: str, hold: float, fail: bool) -> None:
+    """Count the bodies running at once under an AIMD pool, hold, then succeed or fail."""
+    running = _redis.incr(key(tag, "running"))
+    _redis.rpush(key(tag, "seen"), running)
+    try:
+        time.sleep(hold)
+    finally:
+        _redis.decr(key(tag, "running"))
+    if fail:
+        raise ConnectionError("the dependency failed")

@@ -20,6 +20,7 @@ from tests.celery.conftest import _with_db
 from tests.celery.workers import BACKEND_DB, BROKER_DB, Cluster, wait_for
 from tests.kombu.private_redis import PrivateRedis
 from xsm_celery.redis.breaker_state import FleetBreaker
+from xsm_celery.redis.concurrency import AimdParams, RedisSlots
 from xsm_celery.redis.fleet_store import FleetRedis
 
 pytestmark = pytest.mark.slow
@@ -241,3 +242,58 @@ def test_a_fleet_redis_restart_follows_each_options_choice_and_loses_no_task(
         producer.close()
     finally:
         private.close()
+
+
+def test_a_fleet_sliding_window_holds_across_two_workers(
+    fleet: FleetCluster, results: redis_lib.Redis
+) -> None:
+    """Fifteen runs on 2 workers x 2 processes: never more than 5 in any 2 s, all of them run."""
+    fleet.start_worker("w1", processes=2)
+    fleet.start_worker("w2", processes=2)
+    producer = fleet.producer()
+    tag = uuid.uuid4().hex[:8]
+    sent = [producer.send_task("tests.celery.fleetapp.windowed", args=[tag]) for _ in range(15)]
+    for result in sent:
+        result.get(timeout=90)
+    times = _times(results, tag)
+    assert len(times) == 15
+    # Bodies record a moment after their admission (by Redis time): allow 0.2 s for that.
+    busiest = max(sum(1 for t in times if start <= t < start + 1.8) for start in times)
+    assert busiest <= 5, times
+    assert times[10] - times[0] >= 4.0 - 0.2, times
+    assert results.llen(f"xsm-test-fleet:{tag}:deferrals") > 0
+    producer.close()
+
+
+def test_an_aimd_pool_adapts_one_shared_limit_across_two_workers(
+    fleet: FleetCluster, results: redis_lib.Redis
+) -> None:
+    """Fast runs on 4 processes grow the shared limit to 3, never past it; a failure halves it."""
+    fleet.start_worker("m1", processes=2)
+    fleet.start_worker("m2", processes=2)
+    producer = fleet.producer()
+    tag = uuid.uuid4().hex[:8]
+    pool = RedisSlots(
+        FleetRedis(fleet.fleet_redis, prefix=fleet.prefix),
+        "adaptive",
+        aimd=AimdParams(
+            initial=1, min_limit=1, max_limit=3, latency_target_ms=2_000, interval_s=0.2
+        ),
+    )
+    sent = [
+        producer.send_task("tests.celery.fleetapp.adaptive", args=[tag, 0.3, False])
+        for _ in range(24)
+    ]
+    for result in sent:
+        result.get(timeout=90)
+    seen = [int(v) for v in results.lrange(f"xsm-test-fleet:{tag}:seen", 0, -1)]
+    assert len(seen) == 24
+    assert 2 <= max(seen) <= 3, seen
+    assert pool.state()["limit"] == 3
+    time.sleep(0.3)  # past the adjustment interval
+    failing = producer.send_task("tests.celery.fleetapp.adaptive", args=[tag, 0.05, True])
+    with pytest.raises(ConnectionError):
+        failing.get(timeout=60)
+    assert pool.state()["limit"] == 1  # floor(3 * 0.5)
+    assert pool.state()["held"] == 0
+    producer.close()

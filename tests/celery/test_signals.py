@@ -11,6 +11,7 @@ import pytest
 
 from tests.celery.workerapp import opened_key
 from tests.celery.workers import APP, Cluster
+from xsm_celery import hooks
 from xsm_celery.celery.signals import circuit_closed, circuit_opened, retry_exhausted
 from xsm_celery.engine import SimulatedClock
 from xsm_celery.errors import RetryExhaustedError
@@ -64,6 +65,27 @@ def test_retry_exhausted_is_a_signal() -> None:
     finally:
         retry_exhausted.disconnect(on_exhausted)
     assert received == [("fail", 2)]
+
+
+def test_a_chart_task_giving_up_sends_retry_exhausted() -> None:
+    """A ``GAVE_UP`` fact shaped as the task path emits it sends the signal with its attempts."""
+    received: list[Any] = []
+
+    def on_exhausted(sender: str, event: Any, **kwargs: Any) -> None:
+        received.append((sender, event.call, event.attempts, event.reason))
+
+    retry_exhausted.connect(on_exhausted, weak=False)
+    try:
+        hooks.emit(
+            hooks.FactKind.GAVE_UP,
+            task="shop.charge",
+            task_id="t-1",
+            exception="ConnectionError",
+            attempt=3,
+        )
+    finally:
+        retry_exhausted.disconnect(on_exhausted)
+    assert received == [("shop.charge", "shop.charge", 3, "gave_up")]
 
 
 def test_a_failing_receiver_does_not_break_the_breaker(caplog: pytest.LogCaptureFixture) -> None:

@@ -89,3 +89,32 @@ def test_a_reset_without_reason_changes_nothing(fleet: FleetRedis) -> None:
     assert "needs the key and a reason" in page.content.decode()
     assert _state(fleet)["state"] == "open"
     assert not AuditEntry.objects.filter(record_id="fleet:breaker:payments").exists()
+
+
+def test_the_admin_index_and_app_index_link_the_fleet_page(fleet: FleetRedis) -> None:
+    """The index and the app's index list the page as a row of the app, view-only for a viewer."""
+    client = login("ivan", "view_deadletterrecord")
+    link = f'href="{reverse(URL)}"'
+    for page in (reverse("admin:index"), reverse("admin:app_list", args=["xsm_celery"])):
+        response = client.get(page)
+        assert response.status_code == 200
+        html = response.content.decode()
+        assert link in html
+        assert "Fleet breakers and limits" in html
+        [app] = [a for a in response.context_data["app_list"] if a["app_label"] == "xsm_celery"]
+        [entry] = [m for m in app["models"] if m["object_name"] == "Fleet"]
+        assert entry["view_only"] is True
+    assert client.get(reverse(URL)).status_code == 200
+
+
+def test_the_index_entry_follows_the_permissions(fleet: FleetRedis) -> None:
+    """An operator's entry is a change link; staff who may not view the page get no entry."""
+    operator = login("omar", "view_deadletterrecord", "replay_deadletterrecord")
+    response = operator.get(reverse("admin:index"))
+    [app] = [a for a in response.context_data["app_list"] if a["app_label"] == "xsm_celery"]
+    [entry] = [m for m in app["models"] if m["object_name"] == "Fleet"]
+    assert entry["view_only"] is False
+    other = login("nina", "view_outboxmessage")
+    html = other.get(reverse("admin:index")).content.decode()
+    assert "Outbox" in html or "outbox" in html
+    assert f'href="{reverse(URL)}"' not in html

@@ -9,8 +9,9 @@ sees it read-only; a user with ``XSM_CELERY["FLEET_RESET_PERMISSION"]`` (by defa
 ``xsm_celery.replay_deadletterrecord``: whoever may push work through again) also gets a
 reset form, which needs a reason and writes an entry to the dead-letter audit trail.
 
-``register(admin.site)`` adds the page to a site; ``xsm_celery.django.admin`` does it for
-the default site.
+``register(admin.site)`` adds the page to a site, with an entry among the app's models on
+the admin index, the app index and the navigation sidebar (for the users who may open it);
+``xsm_celery.django.admin`` does it for the default site.
 """
 
 from __future__ import annotations
@@ -34,9 +35,20 @@ URL_NAME = "xsm_celery_fleet"
 _VIEW_PERMISSION = "xsm_celery.view_deadletterrecord"
 
 
+#: The label of the app whose index lists the page.
+_APP_LABEL = "xsm_celery"
+
+
 def register(site: Any) -> None:
-    """Add the fleet page to an ``AdminSite`` (before its catch-all app URLs)."""
+    """Add the fleet page to an ``AdminSite`` (before its catch-all app URLs) and its index.
+
+    The page is not a model, so Django would not list it: the site's ``get_app_list``
+    gets a model-like entry in this app, which the index, the app index and the sidebar
+    render like any model row (a "view" link when read-only, "change" with the reset
+    permission).
+    """
     original = site.get_urls
+    original_app_list = site.get_app_list
 
     def get_urls() -> list[URLPattern | URLResolver]:
         page = path(
@@ -46,7 +58,33 @@ def register(site: Any) -> None:
         )
         return [page, *original()]
 
+    def get_app_list(request: HttpRequest, app_label: str | None = None) -> list[dict[str, Any]]:
+        app_list: list[dict[str, Any]] = original_app_list(request, app_label)
+        if not _allowed(request, _VIEW_PERMISSION):
+            return app_list
+        for app in app_list:
+            if app.get("app_label") == _APP_LABEL:
+                app["models"].append(_index_entry(site, request))
+                app["models"].sort(key=lambda entry: str(entry["name"]))
+        return app_list
+
     site.get_urls = get_urls
+    site.get_app_list = get_app_list
+
+
+def _index_entry(site: Any, request: HttpRequest) -> dict[str, Any]:
+    """The page as a row of the app's model list (the keys Django's templates read)."""
+    from xsm_celery.django.conf import get_settings
+
+    may_reset = _allowed(request, get_settings().fleet_reset_permission)
+    return {
+        "name": _("Fleet breakers and limits"),
+        "object_name": "Fleet",
+        "perms": {"add": False, "change": may_reset, "delete": False, "view": True},
+        "admin_url": reverse(f"{site.name}:{URL_NAME}", current_app=site.name),
+        "add_url": None,
+        "view_only": not may_reset,
+    }
 
 
 def _allowed(request: HttpRequest, perm: str) -> bool:

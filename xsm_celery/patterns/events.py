@@ -141,9 +141,10 @@ def event_from_fact(fact: Fact) -> ResilienceEvent | None:
             attempt=_int(data.get("attempt")),
             outcome=str(data.get("outcome", "")),
         )
+    # A chart task's GAVE_UP names its task and the chart's ``attempt`` counter.
     return RetryExhaustedEvent(
         call=str(data.get("call", data.get("task", ""))),
-        attempts=_int(data.get("attempts")),
+        attempts=_int(data.get("attempts", data.get("attempt"))),
         reason=str(data.get("reason", "gave_up")),
     )
 

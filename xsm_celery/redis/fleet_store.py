@@ -5,10 +5,15 @@ every key in use), loads the Lua scripts once, and turns every connection or tim
 into ``StoreUnavailableError``, so the Celery side can apply the option's Redis-down choice
 instead of failing the task. The socket timeouts are short on purpose: an admission that
 cannot reach Redis must give up in well under a second, not hold the worker slot.
+
+The token bucket, the one call every rate-limited task makes, is packed once into its wire
+bytes (``packed``) and sent on a pooled connection (``send``), which saves redis-py's
+command building: about a fifth of a loopback round trip.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -18,7 +23,14 @@ import redis
 from xsm_celery.errors import ConfigurationError, StoreUnavailableError
 from xsm_celery.redis import scripts
 
-__all__ = ["DEFAULT_FLEET_PREFIX", "INDEX_MAX_AGE_MS", "FleetKey", "FleetRedis", "monotonic_ms"]
+__all__ = [
+    "DEFAULT_FLEET_PREFIX",
+    "INDEX_MAX_AGE_MS",
+    "FleetKey",
+    "FleetRedis",
+    "PackedCall",
+    "monotonic_ms",
+]
 
 #: Prefix of every key the fleet state writes.
 DEFAULT_FLEET_PREFIX = "xsm:fleet:"
@@ -53,6 +65,23 @@ class FleetKey:
         return f"FleetKey({self.kind!r}, {self.name!r})"
 
 
+class PackedCall:
+    """One script call with fixed keys and arguments, encoded once into its wire bytes.
+
+    The hottest admission (a token bucket asked for one token) sends the same bytes every
+    time; building, encoding and framing them costs about a fifth of a loopback round trip
+    in redis-py, so ``FleetRedis.packed`` does it once and ``FleetRedis.send`` reuses them.
+    ``chunks`` is empty for a client the fast path does not serve (``send`` then runs the
+    script through ``execute_command``).
+    """
+
+    __slots__ = ("chunks", "name")
+
+    def __init__(self, name: str, chunks: list[bytes]) -> None:
+        self.name = name
+        self.chunks = chunks
+
+
 class FleetRedis:
     """Scripts, key names and error mapping over one ``redis.Redis`` client.
 
@@ -70,6 +99,12 @@ class FleetRedis:
         self.client: redis.Redis[bytes] = client
         self.prefix = prefix
         self._scripts: dict[str, str] = {}
+        # The pooled fast path needs a plain pooled client; others go through execute_command.
+        self._pool = (
+            client.connection_pool
+            if isinstance(client, redis.Redis) and getattr(client, "connection", None) is None
+            else None
+        )
 
     @property
     def index_key(self) -> str:
@@ -95,6 +130,66 @@ class FleetRedis:
             except redis.exceptions.NoScriptError:
                 sha = self._load(name)
                 return self.client.execute_command("EVALSHA", sha, len(keys), *keys, *args)
+        except (redis.ConnectionError, redis.TimeoutError, OSError, redis.ResponseError) as exc:
+            mapped = _unavailable(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+
+    def packed(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> PackedCall:
+        """The ``EVALSHA`` of ``scripts.<name>`` with these keys and arguments, pre-encoded.
+
+        The script's SHA1 is computed here, so packing needs no round trip (the pool's
+        connection may connect); the script is loaded by the first ``send`` that finds it
+        missing.
+
+        Raises:
+            StoreUnavailableError: Redis could not be reached.
+        """
+        if self._pool is None:
+            return PackedCall(name, [])
+        sha = hashlib.sha1(getattr(scripts, name).encode()).hexdigest()
+        command = ("EVALSHA", sha, len(keys), *keys, *args)
+        pool = self._pool
+
+        def pack() -> PackedCall:
+            conn = pool.get_connection()
+            try:
+                return PackedCall(name, list(conn.pack_command(*command)))
+            finally:
+                pool.release(conn)
+
+        return self.call(pack)
+
+    def send(self, call: PackedCall, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run a packed call: its bytes on a pooled connection, with redis-py's own retries.
+
+        It skips ``execute_command`` (argument encoding, framing, response callbacks and
+        redis-py's per-command metrics) and nothing else: the connection comes from and
+        goes back to the client's pool, a broken one is dropped and retried by the
+        connection's ``Retry``, and a script flushed by a restart is reloaded. ``keys`` and
+        ``args`` are what ``call`` was packed from, used only where the fast path does not
+        apply (a single-connection or non-``redis.Redis`` client).
+        """
+        pool = self._pool
+        if pool is None:
+            return self.run(call.name, keys, args)
+        chunks = call.chunks
+        try:
+            conn = pool.get_connection()
+            try:
+
+                def once() -> Any:
+                    conn.send_packed_command(chunks)
+                    return conn.read_response()
+
+                try:
+                    return conn.retry.call_with_retry(once, lambda _error: conn.disconnect())
+                except redis.exceptions.NoScriptError:
+                    self._load(call.name)
+                    return conn.retry.call_with_retry(once, lambda _error: conn.disconnect())
+            finally:
+                pool.release(conn)
         except (redis.ConnectionError, redis.TimeoutError, OSError, redis.ResponseError) as exc:
             mapped = _unavailable(exc)
             if mapped is exc:

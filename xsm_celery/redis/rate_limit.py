@@ -15,9 +15,12 @@ import uuid
 from typing import NamedTuple
 
 from xsm_celery.errors import ConfigurationError
-from xsm_celery.redis.fleet_store import FleetKey, FleetRedis
+from xsm_celery.redis.fleet_store import FleetKey, FleetRedis, PackedCall
 
 __all__ = ["Decision", "RedisSlidingWindow", "RedisTokenBucket"]
+
+#: Packed calls a bucket keeps (one per cost and reservation bound it is asked with).
+_MAX_PACKED = 8
 
 
 class Decision(NamedTuple):
@@ -66,6 +69,7 @@ class RedisTokenBucket:
         # Encoded once: redis-py would encode these constant arguments on every call.
         self._rate_args = (repr(self.rate / (self.per * 1000.0)).encode(), str(self.burst).encode())
         self._member = self.key.member.encode()
+        self._packed: dict[tuple[int, int], PackedCall] = {}
 
     def try_acquire(self, cost: int = 1, *, reserve_max_ms: float = 0.0) -> Decision:
         """Take ``cost`` tokens if they are there; otherwise say when to come back.
@@ -76,9 +80,14 @@ class RedisTokenBucket:
         Raises:
             StoreUnavailableError: Redis could not be reached.
         """
-        reply = self.store.run(
-            "TOKEN_BUCKET", self._keys, (*self._rate_args, cost, int(reserve_max_ms), self._member)
-        )
+        shape = (cost, int(reserve_max_ms))
+        args = (*self._rate_args, *shape, self._member)
+        packed = self._packed.get(shape)
+        if packed is None:
+            if len(self._packed) >= _MAX_PACKED:
+                self._packed.clear()
+            packed = self._packed[shape] = self.store.packed("TOKEN_BUCKET", self._keys, args)
+        reply = self.store.send(packed, self._keys, args)
         if isinstance(reply, int):
             return Decision(True, 0.0, reply)
         return Decision(False, float(reply[1]), int(reply[2]), reserved=int(reply[0]) == 2)
