@@ -42,6 +42,8 @@ class TaskFailure:
     snapshot: Mapping[str, Any]
     error: BaseException | None
     retryable: bool
+    #: ``{workflow, key}`` when a workflow dispatched the task as a step (else None).
+    workflow: Mapping[str, str] | None = None
 
 
 def redact_arguments(
@@ -103,7 +105,7 @@ class DeadLetterWriter:
         return DeadLetter(
             machine_id=failure.machine_id,
             state_id=failure.state_id,
-            event={"type": failure.event_type, "payload": {}},
+            event={"type": failure.event_type, "payload": dict(failure.workflow or {})},
             attempts=_attempts(context),
             errors=[dict(e) for e in chain] if isinstance(chain, list) else [],
             snapshot=_redact(snapshot, self._keys),

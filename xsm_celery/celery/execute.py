@@ -134,6 +134,7 @@ def _give_up(
             snapshot=json.loads(outcome.interpreter.get_snapshot()),
             error=error,
             retryable=error is None or bound.policy.should_retry(error),
+            workflow=_workflow_of(task.request),
         )
     )
     if error is None:
@@ -185,3 +186,17 @@ def _route(request: Any) -> dict[str, Any]:
     if exchange == "" and routing_key:
         return {"queue": routing_key}
     return {k: v for k, v in (("exchange", exchange), ("routing_key", routing_key)) if v}
+
+
+#: Message header naming the workflow instance that dispatched a task as one of its steps.
+WORKFLOW_HEADER = "xsm_workflow"
+
+
+def _workflow_of(request: Any) -> dict[str, str] | None:
+    """``{workflow, key}`` of the workflow step that sent this task, if one did."""
+    raw = getattr(request, WORKFLOW_HEADER, None)
+    if raw is None:
+        raw = (getattr(request, "headers", None) or {}).get(WORKFLOW_HEADER)
+    if isinstance(raw, dict) and isinstance(raw.get("workflow"), str):
+        return {"workflow": str(raw["workflow"]), "key": str(raw.get("key", ""))}
+    return None
