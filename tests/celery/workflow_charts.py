@@ -22,6 +22,7 @@ ORDER_CHART: dict[str, Any] = {
                 },
                 "NOTE": {"actions": "count"},
                 "BOOM": {"actions": "explode"},
+                "SLOW": {"actions": "slow"},
             },
             "after": {"payment_timeout": "expired"},
         },
@@ -68,9 +69,13 @@ def keep_error(interp: Any, ctx: dict[str, Any], event: Any, action: Any) -> Non
     ctx["error"] = getattr(event.data, "error_type", repr(event.data))
 
 
-def order_machine(charge_task: Any, timeout_ms: float = 60_000, chart_id: str = "order"
-                  ) -> Machine:  # fmt: skip
-    """The order chart with ``charge_task`` as its ``charge`` step."""
+def order_machine(
+    charge_task: Any,
+    timeout_ms: float = 60_000,
+    chart_id: str = "order",
+    slow: Any = None,
+) -> Machine:
+    """The order chart with ``charge_task`` as its ``charge`` step (``slow``: SLOW's action)."""
     chart = copy.deepcopy(ORDER_CHART)
     chart["id"] = chart_id
     return create_machine(
@@ -82,6 +87,7 @@ def order_machine(charge_task: Any, timeout_ms: float = 60_000, chart_id: str = 
                 "explode": explode,
                 "keep_receipt": keep_receipt,
                 "keep_error": keep_error,
+                "slow": slow or count,
             },
             services={
                 "charge": celery_service(
