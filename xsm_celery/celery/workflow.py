@@ -50,6 +50,7 @@ __all__ = [
     "WORKFLOW_STORE_SETTING",
     "WORKFLOW_TASK_PREFIX",
     "Workflow",
+    "find_workflow",
     "workflow_named",
     "workflows_of",
 ]
@@ -71,6 +72,14 @@ DEFAULT_LOCK_TIMEOUT_S = 5.0
 
 _registry: weakref.WeakKeyDictionary[Any, dict[str, Workflow]] = weakref.WeakKeyDictionary()
 _registry_lock = threading.Lock()
+
+
+def find_workflow(name: str) -> Workflow | None:
+    """The workflow called ``name`` on any app of this process (the admin's lookup)."""
+    for table in list(_registry.values()):
+        if name in table:
+            return table[name]
+    return None
 
 
 def workflows_of(app: Any) -> dict[str, Workflow]:

@@ -189,10 +189,15 @@ class _Stale(Exception):
 class _Recorder(PluginBase):
     """Collects the step's transitions, fired timers and errors."""
 
-    def __init__(self) -> None:
+    def __init__(self, initial: dict[str, Any] | None = None) -> None:
+        self.initial = initial or {}
         self.transitions: list[dict[str, Any]] = []
         self.errors: list[BaseException] = []
         self.fired: list[str] = []
+
+    def on_interpreter_start(self, i: Any) -> None:
+        """A new instance: merge ``start(key, context=...)`` before the entry actions run."""
+        i.context.update(self.initial)
 
     def on_transition(self, i: Any, from_states: Any, to_states: Any, transition: Any) -> None:
         self.transitions.append(
@@ -247,7 +252,7 @@ def _locked_step(
 ) -> tuple[StepOutcome, _Recorder, list[dict[str, Any]]]:
     stores = workflow.stores()
     store_key = workflow.store_key(key)
-    recorder = _Recorder()
+    recorder = _Recorder(dict(message.payload) if message.kind == "start" else None)
     with stores.snapshots.lock(store_key, timeout=workflow.lock_timeout_s):
         entry = stores.inbox.get(store_key, message.id)
         if entry is not None and entry.receipt is not None:

@@ -19,6 +19,7 @@ from django.utils.timesince import timesince
 from django.utils.translation import gettext_lazy as _
 
 from xsm_celery.django._dead_letter_admin import DeadLetterRecordAdmin
+from xsm_celery.django._instance_admin import WorkflowInstanceAdmin
 from xsm_celery.django.models import (
     AuditEntry,
     DeadLetterRecord,
@@ -26,6 +27,7 @@ from xsm_celery.django.models import (
     InboxRecord,
     MachineSnapshot,
     OutboxMessage,
+    WorkflowInstance,
 )
 from xsm_celery.django.templatetags.xsm_celery_admin import epoch_age, pretty_json
 
@@ -36,9 +38,11 @@ __all__ = [
     "InboxRecordAdmin",
     "MachineSnapshotAdmin",
     "OutboxMessageAdmin",
+    "WorkflowInstanceAdmin",
 ]
 
 admin.site.register(DeadLetterRecord, DeadLetterRecordAdmin)
+admin.site.register(WorkflowInstance, WorkflowInstanceAdmin)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
