@@ -182,6 +182,20 @@ class StepOutcome:
     version: int = 0
 
 
+class _Loaded:
+    """The snapshot store, answering ``load`` with the record the step already read."""
+
+    def __init__(self, store: Any, record: Any) -> None:
+        self._store = store
+        self._record = record
+
+    def load(self, key: str) -> Any:
+        return self._record
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
 class _Stale(Exception):
     """Leave the step without saving: the message no longer applies."""
 
@@ -253,7 +267,7 @@ def _locked_step(
     stores = workflow.stores()
     store_key = workflow.store_key(key)
     recorder = _Recorder(dict(message.payload) if message.kind == "start" else None)
-    with stores.snapshots.lock(store_key, timeout=workflow.lock_timeout_s):
+    with stores.snapshots.lock(store_key, timeout=workflow.lock_timeout_s), stores.flat():
         entry = stores.inbox.get(store_key, message.id)
         if entry is not None and entry.receipt is not None:
             logger.info("workflow %s[%s]: message %s already applied", workflow.name, key,
@@ -269,7 +283,7 @@ def _locked_step(
             if message.kind == "timer" and _timer_id_of(message) not in _ids(before):
                 raise _Stale("its timer is no longer pending")
             with _instance(workflow, store_key, message, recorder=recorder, receipt=receipt,
-                           effects=effects) as interp:  # fmt: skip
+                           effects=effects, record=record) as interp:  # fmt: skip
                 _apply(workflow, key, message, interp, recorder=recorder, receipt=receipt)
                 _reconcile(workflow, interp, effects)
                 _arm_timers(workflow, key, interp, before=before, effects=effects,
@@ -287,7 +301,7 @@ def _locked_step(
 @contextmanager
 def _instance(
     workflow: Workflow, store_key: str, message: Message, *, recorder: _Recorder,
-    receipt: list[Receipt], effects: StepEffects,
+    receipt: list[Receipt], effects: StepEffects, record: Any,
 ) -> Iterator[Any]:  # fmt: skip
     """``persisted()`` under the lock already held, writing the step's rows before commit."""
     stores = workflow.stores()
@@ -305,7 +319,7 @@ def _instance(
             ])  # fmt: skip
 
     with persisted(
-        stores.snapshots,
+        _Loaded(stores.snapshots, record),
         store_key,
         workflow.machine,
         lock=OptimisticLock(0),

@@ -16,8 +16,11 @@ Stores are opened lazily, once per process (never across a fork), like the chart
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +69,10 @@ class WorkflowStores:
     journal: Any = None
     shared: bool = True
     description: str = field(default="", compare=False)
+    #: Entered inside the step's lock: lets nested writes join its transaction directly.
+    flat: Callable[[], AbstractContextManager[Any]] = field(
+        default=contextlib.nullcontext, compare=False
+    )
 
 
 def open_workflow_stores(value: Any) -> WorkflowStores:
@@ -134,6 +141,7 @@ def _sqlalchemy_siblings(store: Any, description: str) -> WorkflowStores:
         timers=SQLAlchemyTimerStore(store.db),
         outbox=SQLAlchemyOutboxStore(store),
         description=description,
+        flat=store.db.flat,
     )
 
 

@@ -83,6 +83,9 @@ class SQLAlchemyDatabase:
         ``timeout`` bounds the wait for SQLite's write lock (``LockTimeoutError``).
         """
         conn = self.current
+        if conn is not None and getattr(self._local, "flat", False):
+            yield conn
+            return
         if conn is not None:
             with self.guard("savepoint"), conn.begin_nested():
                 yield conn
@@ -100,6 +103,20 @@ class SQLAlchemyDatabase:
             finally:
                 if timeout is not None and self.dialect == "sqlite":
                     _sqlite_busy_timeout(fresh, SQLITE_BUSY_TIMEOUT_S)
+
+    @contextlib.contextmanager
+    def flat(self) -> Iterator[None]:
+        """Inside the block, nested ``transaction()`` calls join the open one without savepoints.
+
+        For a caller that rolls the whole transaction back on any error (a workflow step under
+        ``lock``): a savepoint per write would only cost round trips.
+        """
+        previous = getattr(self._local, "flat", False)
+        self._local.flat = True
+        try:
+            yield
+        finally:
+            self._local.flat = previous
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Connection]:
