@@ -79,12 +79,14 @@ def _inc(interp: Any, ctx: dict[str, Any], event: Any, action: Any) -> None:
     ctx["n"] += 1
 
 
+COUNTER_CHART = {
+    "id": "bench_counter",
+    "initial": "on",
+    "context": {"n": 0},
+    "states": {"on": {"on": {"INC": {"actions": "inc"}}}},
+}
 counter = xsm.workflow(
-    create_machine(
-        {"id": "bench_counter", "initial": "on", "context": {"n": 0},
-         "states": {"on": {"on": {"INC": {"actions": "inc"}}}}},  # fmt: skip
-        logic=MachineLogic(actions={"inc": _inc}),
-    ),
+    create_machine(COUNTER_CHART, logic=MachineLogic(actions={"inc": _inc})),
     name="bench_counter",
 )
 
@@ -134,19 +136,25 @@ def _step(src: str, target: str) -> dict[str, Any]:
     return {"invoke": {"id": src, "src": src, "onDone": target, "onError": "failed"}}
 
 
+ORDER_CHART = {
+    "id": "bench_order",
+    "initial": "reserving",
+    "context": {"order": ""},
+    "states": {
+        "reserving": _step("reserve", "charging"),
+        "charging": _step("charge", "shipping"),
+        "shipping": _step("ship", "done"),
+        "done": {"type": "final", "entry": "finish"},
+        "failed": {"type": "final"},
+    },
+}
+STEPS = {"reserve": reserve, "charge": charge, "ship": ship}
 orders = xsm.workflow(
     create_machine(
-        {"id": "bench_order", "initial": "reserving", "context": {"order": ""},
-         "states": {"reserving": _step("reserve", "charging"),
-                    "charging": _step("charge", "shipping"),
-                    "shipping": _step("ship", "done"),
-                    "done": {"type": "final", "entry": "finish"},
-                    "failed": {"type": "final"}}},  # fmt: skip
+        ORDER_CHART,
         logic=MachineLogic(
             actions={"finish": _finish},
-            services={name: celery_service(task, args=_order_arg)
-                      for name, task in (("reserve", reserve), ("charge", charge),
-                                         ("ship", ship))},  # fmt: skip
+            services={name: celery_service(task, args=_order_arg) for name, task in STEPS.items()},
         ),
     ),
     name="bench_orders",
