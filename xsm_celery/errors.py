@@ -11,6 +11,7 @@ uses) to catch everything the library raises on purpose. The tree::
       - ExecutionError: raised while a machine runs
         - InterpreterStoppedError
         - RunawayChainError
+        - ChoreographyUnsettledError (also a RuntimeError): run_until_quiet hit max_rounds
         - NotSupportedError
         - InvalidEventError (also a TypeError): send() got something that is not an event
         - WorkerLost: a task delivery whose worker died mid-attempt
@@ -47,6 +48,7 @@ __all__ = [
     "BrokerError",
     "BrokerPublishError",
     "ChartError",
+    "ChoreographyUnsettledError",
     "CircuitOpenError",
     "ConfigurationError",
     "ConflictError",
@@ -148,6 +150,18 @@ class RunawayChainError(ExecutionError):
 
     def __init__(self, message: str, *, limit: int = 0) -> None:
         self.limit = limit
+        super().__init__(message)
+
+
+class ChoreographyUnsettledError(ExecutionError, RuntimeError):
+    """Raised when ``ChoreographyRouter.run_until_quiet`` is still busy after ``max_rounds``.
+
+    Two routes publishing at each other forever is a loop no single machine can see (the
+    engine's ``RunawayChainError`` guards one machine's chain); ``rounds`` is the limit hit.
+    """
+
+    def __init__(self, message: str, *, rounds: int) -> None:
+        self.rounds = rounds
         super().__init__(message)
 
 

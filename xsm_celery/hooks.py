@@ -55,6 +55,9 @@ class FactKind(enum.Enum):
     LIMIT_ADMITTED = "limit_admitted"
     LIMIT_DEFERRED = "limit_deferred"
     BACKEND_UNAVAILABLE = "backend_unavailable"
+    #: A saga step's outcome; fields saga, step and outcome (completed, failed, timed_out,
+    #: compensated, compensation_failed).
+    SAGA_STEP = "saga_step"
 
 
 @dataclass(frozen=True, slots=True)

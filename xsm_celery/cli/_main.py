@@ -6,6 +6,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import click
 
+from xsm_celery.cli.asyncapi import asyncapi
 from xsm_celery.cli.base import OneLineGroup
 from xsm_celery.cli.dlq import dlq
 
@@ -22,10 +23,12 @@ def _version() -> str:
 @click.group(cls=OneLineGroup)
 @click.version_option(_version(), prog_name="xsm-celery")
 def cli() -> None:
-    """Operate xsm_celery: dead letters of chart-driven Celery tasks and event machines."""
+    """Operate xsm_celery: dead letters of chart-driven Celery tasks and event machines, and
+    the AsyncAPI documents of charts."""
 
 
 cli.add_command(dlq)
+cli.add_command(asyncapi)
 
 
 def main() -> None:

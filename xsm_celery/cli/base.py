@@ -36,18 +36,25 @@ PREFIX = "xsm dlq: error:"
 
 
 class CliError(click.ClickException):
-    """Refused input: one line on stderr, exit status 2."""
+    """Refused input: one line on stderr, exit status 2.
+
+    ``prefix`` names the command in the line (``xsm dlq: error:`` unless a command's
+    own error class says otherwise).
+    """
 
     exit_code = EXIT_REFUSED
+    prefix = PREFIX
 
     def show(self, file: IO[Any] | None = None) -> None:
-        """Print ``xsm dlq: error: <message>`` on one line of stderr."""
+        """Print ``<prefix> <message>`` on one line of stderr."""
         message = " ".join(self.format_message().split())
-        click.echo(f"{PREFIX} {message}", err=True, file=file)
+        click.echo(f"{self.prefix} {message}", err=True, file=file)
 
 
-def _one_line(exc: click.UsageError) -> CliError:
-    return CliError(exc.format_message())
+def _one_line(exc: click.UsageError, command: click.Command | None = None) -> CliError:
+    error_class = getattr(command, "error_class", CliError)
+    error: CliError = error_class(exc.format_message())
+    return error
 
 
 class _OneLineUsage(click.Command):
@@ -60,7 +67,7 @@ class _OneLineUsage(click.Command):
         except click.exceptions.NoArgsIsHelpError:
             raise
         except click.UsageError as exc:
-            raise _one_line(exc) from None
+            raise _one_line(exc, self) from None
 
 
 class OneLineCommand(_OneLineUsage):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import click
 
+from xsm_celery.cli.asyncapi import asyncapi
 from xsm_celery.cli.base import OneLineGroup
 from xsm_celery.cli.dlq import dlq
 
@@ -17,7 +18,9 @@ __all__ = ["xsm"]
 
 @click.group(cls=OneLineGroup)
 def xsm() -> None:
-    """xsm_celery operations: dead letters (xsm dlq list|show|replay|resolve|purge)."""
+    """xsm_celery operations: dead letters (xsm dlq list|show|replay|resolve|purge), and
+    AsyncAPI documents (xsm asyncapi CHART)."""
 
 
 xsm.add_command(dlq)
+xsm.add_command(asyncapi)

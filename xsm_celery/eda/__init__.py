@@ -1,12 +1,20 @@
 """Event-driven plumbing: CloudEvents envelopes, broker adapters, dispatcher, outbox.
 
-Everything here is standard library only. ``xsm_celery.eda`` may import
+Everything here is standard library only (AsyncAPI validation imports ``jsonschema``, the
+``asyncapi`` extra, when it is called). ``xsm_celery.eda`` may import
 ``xsm_celery.patterns`` (it re-exports the dead-letter record and plugin from there, so
-both sources of dead letters share one record); patterns never imports eda.
+both sources of dead letters share one record); patterns never imports eda at module
+level (the choreography router builds its dispatcher inside a function).
 """
 
 from __future__ import annotations
 
+from xsm_celery.eda.asyncapi import (
+    ASYNCAPI_VERSION,
+    asyncapi_document,
+    load_asyncapi_schema,
+    validate_asyncapi,
+)
 from xsm_celery.eda.broker import BatchPublisher, BrokerAdapter, Delivery, SyncBrokerAdapter
 from xsm_celery.eda.dead_letter import (
     DEAD_LETTER_EVENT_TYPE,
@@ -103,6 +111,11 @@ __all__ = [
     # Replay
     "ReplayResult",
     "replay_dead_letter",
+    # AsyncAPI
+    "ASYNCAPI_VERSION",
+    "asyncapi_document",
+    "load_asyncapi_schema",
+    "validate_asyncapi",
     # Errors
     "BrokerPublishError",
     "EnvelopeCorruptError",
