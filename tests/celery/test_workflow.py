@@ -318,3 +318,17 @@ def test_a_forced_rollback_leaves_no_row_and_sends_nothing(
     assert orders.stores().outbox.count() == 0
     assert orders.stores().timers.due(time.time() + 3600) == rows_before
     assert _queued(app, broker[1]) == []
+
+
+def test_the_asyncapi_document_names_the_workflow_queue(app: Celery) -> None:
+    """The inbound channel is the step task's Celery queue; the document validates."""
+    from xsm_celery.eda.asyncapi import validate_asyncapi
+
+    orders = _workflow(app, "memory://", queue="orders-in", outbox_topic="orders-out")
+    document = orders.asyncapi({"host": "localhost:5672", "protocol": "amqp"})
+    validate_asyncapi(document)
+    addresses = {c["address"] for c in document["channels"].values()}
+    assert "orders-in" in addresses
+    assert "orders-out" in addresses
+    inbound = next(c for c in document["channels"].values() if c["address"] == "orders-in")
+    assert inbound["bindings"]["amqp"]["queue"]["name"] == "orders-in"

@@ -6,6 +6,7 @@ and RabbitMQ with a SQLite file. The test process reads instances straight from 
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 import uuid
@@ -189,3 +190,56 @@ def test_a_task_step_on_a_worker_completes_the_instance(
     assert paid.context["receipt"] == {"charged": 30}
     assert failed is not None
     assert failed.context["error"] == "ValueError"
+
+
+def _saga(app: Celery) -> Workflow:
+    from tests.celery.workflow_workerapp import fulfil_machine
+
+    return Xsm(app).workflow(fulfil_machine(), name="fulfil")
+
+
+def _saga_runs(cluster: Cluster) -> tuple[redis_lib.Redis, str]:
+    client = redis_lib.Redis.from_url(cluster.backend)
+    return client, f"xsm-test:wf-saga:{cluster.extra_env['XSM_TEST_TAG']}"
+
+
+def test_a_saga_compensates_in_reverse_across_a_worker_kill(
+    cluster: Cluster, producer: Celery
+) -> None:
+    """ship fails; the worker dies during refund; refund re-runs once, then release, then failed."""
+    fulfil = _saga(producer)
+    client, prefix = _saga_runs(cluster)
+    for key in client.scan_iter(f"{prefix}*"):
+        client.delete(key)
+    worker = cluster.start_worker("saga", pool="solo")
+    order = f"saga-{uuid.uuid4().hex[:6]}"
+    fulfil.send(order, "START", fail_ship=True, slow_refund=True)
+    wait_for(lambda: client.get(f"{prefix}:refund_card") == b"1", 60, "the refund to start")
+    cluster.stop(worker, signal.SIGKILL)
+    cluster.start_worker("saga-heir", pool="solo")
+    wait_for(lambda: _value(fulfil, order) == "failed", 90, "the saga to finish compensating")
+    view = fulfil.get(order)
+    assert view is not None
+    assert view.context["compensated"] == ["charge", "reserve"]
+    runs = [r.decode() for r in client.lrange(f"{prefix}:order", 0, -1)]
+    assert runs == ["reserve_stock", "charge_card", "ship_parcel", "refund_card", "refund_card",
+                    "release_stock"]  # fmt: skip
+
+
+def test_a_stuck_compensation_is_a_dead_letter(cluster: Cluster, producer: Celery) -> None:
+    """A refund that fails ends the saga in compensationFailed and writes its dead letter."""
+    fulfil = _saga(producer)
+    cluster.start_worker("stuck")
+    order = f"stuck-{uuid.uuid4().hex[:6]}"
+    fulfil.send(order, "START", fail_ship=True, fail_refund=True)
+    wait_for(lambda: _value(fulfil, order) == "compensationFailed", 90, "compensationFailed")
+    from xsm_celery.sqlalchemy import open_dead_letter_store
+
+    store = open_dead_letter_store(cluster.dlq_url)
+    records = wait_for(
+        lambda: [r for r in store.list(limit=100) if r.topic == f"workflow:fulfil:{order}"],
+        30, "the dead letter",
+    )  # fmt: skip
+    assert records[0].state_id == "fulfil.compensationFailed"
+    assert records[0].reason == "dead_letter_state"
+    assert "ConnectionError" in json.dumps(records[0].snapshot)

@@ -68,3 +68,79 @@ policy = RetryPolicy(max_attempts=2, base_ms=50)
 orders = xsm.workflow(order_machine(charge, slow=slow), name="orders", retry_policy=policy)
 short = xsm.workflow(order_machine(charge, timeout_ms=1_500), name="short")
 long = xsm.workflow(order_machine(charge, timeout_ms=4_000), name="long")
+
+
+def runs_key(task: str) -> str:
+    """Redis counter of the runs (started) of one saga task."""
+    return f"xsm-test:wf-saga:{TAG}:{task}"
+
+
+def _ran(task: str, order: dict[str, Any]) -> None:
+    _redis.incr(runs_key(task))
+    _redis.rpush(f"xsm-test:wf-saga:{TAG}:order", task)
+
+
+@app.task(name="wf_tests.reserve_stock", acks_late=True, reject_on_worker_lost=True)
+def reserve_stock(order: dict[str, Any]) -> str:
+    """Saga step 1."""
+    _ran("reserve_stock", order)
+    return "reserved"
+
+
+@app.task(name="wf_tests.release_stock", acks_late=True, reject_on_worker_lost=True)
+def release_stock(order: dict[str, Any]) -> str:
+    """Compensation of step 1."""
+    _ran("release_stock", order)
+    return "released"
+
+
+@app.task(name="wf_tests.charge_card", acks_late=True, reject_on_worker_lost=True)
+def charge_card(order: dict[str, Any]) -> str:
+    """Saga step 2."""
+    _ran("charge_card", order)
+    return "charged"
+
+
+@app.task(name="wf_tests.refund_card", acks_late=True, reject_on_worker_lost=True)
+def refund_card(order: dict[str, Any]) -> str:
+    """Compensation of step 2: slow on its first run when asked (the test kills it then)."""
+    _ran("refund_card", order)
+    if order.get("slow_refund") and int(_redis.get(runs_key("refund_card")) or 0) == 1:
+        time.sleep(4.0)
+    if order.get("fail_refund"):
+        raise ConnectionError("the card processor refuses refunds today")
+    return "refunded"
+
+
+@app.task(name="wf_tests.ship_parcel", acks_late=True, reject_on_worker_lost=True)
+def ship_parcel(order: dict[str, Any]) -> str:
+    """Saga step 3: fails when the order says so."""
+    _ran("ship_parcel", order)
+    if order.get("fail_ship"):
+        raise RuntimeError("no courier available")
+    return "shipped"
+
+
+def fulfil_machine() -> Any:
+    """The fulfilment saga (reserve -> charge -> ship) with every step a task on a worker."""
+    from xsm_celery.celery import celery_service
+    from xsm_celery.engine import MachineLogic, create_machine
+    from xsm_celery.patterns import SagaBuilder
+
+    saga = (
+        SagaBuilder("fulfil", start_event="START")
+        .step("reserve", invoke="reserveStock", compensate="releaseStock")
+        .step("charge", invoke="chargeCard", compensate="refundCard")
+        .step("ship", invoke="shipParcel")
+    )
+
+    def order(ctx: dict[str, Any], event: Any) -> list[Any]:
+        return [ctx.get("input") or {}]
+
+    tasks = {"reserveStock": reserve_stock, "releaseStock": release_stock,
+             "chargeCard": charge_card, "refundCard": refund_card, "shipParcel": ship_parcel}
+    services = {name: celery_service(task, args=order) for name, task in tasks.items()}
+    return create_machine(saga.build(), logic=saga.logic().merge(MachineLogic(services=services)))
+
+
+fulfil = xsm.workflow(fulfil_machine(), name="fulfil")

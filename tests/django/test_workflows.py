@@ -183,3 +183,41 @@ def test_sending_needs_the_change_permission(app: Celery, sqlite_db: str) -> Non
                          {"event": "PAY", "reason": "let me", "confirm": "1"})  # fmt: skip
     assert posted.status_code == 403
     assert orders.get("o-5").value == "created"  # type: ignore[union-attr]
+
+
+def test_a_stuck_saga_compensation_is_listed_in_the_dead_letter_admin(
+    app: Celery, operator: Client
+) -> None:
+    """compensationFailed writes a dead letter to the Django store, shown by the admin."""
+    from xsm_celery.celery import celery_service
+    from xsm_celery.celery.workflow_step import Message
+    from xsm_celery.engine import MachineLogic, create_machine
+    from xsm_celery.patterns import SagaBuilder
+
+    saga = (SagaBuilder("fulfil", start_event="START")
+            .step("reserve", invoke="reserveStock", compensate="releaseStock")
+            .step("charge", invoke="chargeCard"))  # fmt: skip
+    services = {name: celery_service(f"shop.{name}") for name in
+                ("reserveStock", "releaseStock", "chargeCard")}  # fmt: skip
+    machine = create_machine(saga.build(), logic=saga.logic().merge(MachineLogic(services=services)))
+    fulfil = Xsm(app).workflow(machine, store="django", name=f"fulfil_{uuid.uuid4().hex[:6]}")
+
+    def answer(kind: str, data: object) -> None:
+        view = fulfil.get("o-9")
+        assert view is not None
+        [(invoke, task_id)] = view.waiting_for.items()
+        fulfil.step("o-9", Message(f"{kind}:{task_id}", kind, invoke=invoke, dispatch=task_id,
+                                   data=data))  # fmt: skip
+
+    fulfil.send_now("o-9", "START", order=9)
+    answer("done", "reserved")
+    answer("error", {"task": "shop.chargeCard", "type": "CardDeclined", "message": "no"})
+    answer("error", {"task": "shop.releaseStock", "type": "ConnectionError", "message": "down"})
+    view = fulfil.get("o-9")
+    assert view is not None
+    assert view.value == "compensationFailed"
+    record = DjangoDeadLetterStore().list(limit=10)[0]
+    assert record.topic == f"workflow:{fulfil.name}:o-9"
+    assert record.state_id == "fulfil.compensationFailed"
+    page = operator.get("/admin/xsm_celery/deadletterrecord/").content.decode()
+    assert "fulfil.compensationFailed" in page or "compensationFailed" in page

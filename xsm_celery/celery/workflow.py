@@ -344,9 +344,15 @@ class Workflow:
         return self._invocations
 
     def step_plugins(self) -> tuple[Any, ...]:
-        """Plugins every step attaches: the outbox, when the chart publishes and it is on."""
+        """Plugins every step attaches: dead-letter states, and the outbox when it is on.
+
+        Entering a state tagged ``dead-letter`` (a saga's ``compensationFailed``) writes a
+        dead letter to the app's ``xsm_dead_letter_store`` once the step committed.
+        """
         if self._plugins is None:
-            plugins: list[Any] = []
+            from xsm_celery.patterns import DeadLetterPlugin
+
+            plugins: list[Any] = [DeadLetterPlugin(_buffer_dead_letter)]
             outbox = self.stores().outbox
             if self.outbox_topic and outbox is not None:
                 from xsm_celery.eda.outbox import OutboxPlugin
@@ -411,12 +417,52 @@ class Workflow:
             **options,
         )
 
+    def write_dead_letter(self, key: str, record: Any) -> None:
+        """Store the dead letter of a dead-letter state the instance entered (after commit)."""
+        from dataclasses import replace
+
+        from xsm_celery.celery.stores import stores_for
+
+        named = replace(record, topic=f"workflow:{self.name}:{key}")
+        try:
+            stores_for(self.app).dead_letters().put(named)
+        except Exception:
+            logger.exception("dead-letter store failed; workflow %s[%s] record kept only in "
+                             "this log: %s", self.name, key, named.to_json())  # fmt: skip
+
+    def asyncapi(self, server: dict[str, Any] | None = None, **options: Any) -> dict[str, Any]:
+        """The AsyncAPI 3.0.0 document of this workflow: its events arrive on its Celery queue.
+
+        ``options`` are ``asyncapi_document``'s (``outbound_topic``, ``title``...); the
+        inbound channel is the step task's queue, bound as an AMQP queue.
+        """
+        from xsm_celery.eda.asyncapi import asyncapi_document
+
+        queue = self.queue or str(self.app.conf.task_default_queue or "celery")
+        options.setdefault("inbound_topic", queue)
+        options.setdefault("inbound_bindings",
+                           {"amqp": {"is": "queue", "queue": {"name": queue, "durable": True}}})
+        if self.outbox_topic:
+            options.setdefault("outbound_topic", self.outbox_topic)
+        return asyncapi_document(self.machine, server, **options)
+
     def revoke(self, task_id: str) -> None:
         """Revoke a task step whose state was left; best-effort (it may have run already)."""
         try:
             self.app.control.revoke(task_id)
         except Exception as exc:
             logger.info("workflow %s: could not revoke task %s: %s", self.name, task_id, exc)
+
+
+def _buffer_dead_letter(record: Any) -> None:
+    """The dead-letter plugin's sink: keep the record until the step commits."""
+    from xsm_celery.celery.workflow_step import current_step
+
+    step = current_step()
+    if step is None:
+        logger.error("dead letter outside a workflow step, not stored: %s", record.to_json())
+        return
+    step.dead_letters.append(record)
 
 
 def _check_json(value: Any, what: str) -> None:

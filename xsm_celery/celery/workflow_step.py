@@ -154,6 +154,7 @@ class StepEffects:
     dispatches: list[Dispatch] = field(default_factory=list)
     revokes: list[str] = field(default_factory=list)
     timers: list[TimerSend] = field(default_factory=list)
+    dead_letters: list[Any] = field(default_factory=list)
 
     def write_rows(self, timers: Any, now: float) -> None:
         """Inside the transaction: a durable row per long timer, a back-stop row per message."""
@@ -466,6 +467,8 @@ def _publish_effects(workflow: Workflow, effects: StepEffects) -> None:
         _forget_row(stores, timer.row)
     for task_id in effects.revokes:
         workflow.revoke(task_id)
+    for record in effects.dead_letters:
+        workflow.write_dead_letter(effects.key, record)
 
 
 def _forget_row(stores: Any, row: str | None) -> None:
