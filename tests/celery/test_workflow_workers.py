@@ -82,7 +82,7 @@ def producer(setup: tuple[Cluster, str]) -> Iterator[Celery]:
 
 
 def _workflows(app: Celery) -> dict[str, Workflow]:
-    @app.task(name="wf_tests.charge")
+    @app.task(name="wf_tests.charge", shared=False)
     def charge(amount: int) -> dict[str, int]:
         return {"charged": amount}
 
@@ -243,3 +243,38 @@ def test_a_stuck_compensation_is_a_dead_letter(cluster: Cluster, producer: Celer
     assert records[0].state_id == "fulfil.compensationFailed"
     assert records[0].reason == "dead_letter_state"
     assert "ConnectionError" in json.dumps(records[0].snapshot)
+
+
+def test_a_failing_step_is_retried_then_dead_lettered_and_replayed(
+    cluster: Cluster, producer: Celery
+) -> None:
+    """Two attempts by the policy, a dead letter with the event and chain, a replay that works."""
+    from xsm_celery.celery import replay_task
+    from xsm_celery.sqlalchemy import open_dead_letter_store
+
+    orders = _workflows(producer)["orders"]
+    client = redis_lib.Redis.from_url(cluster.backend)
+    broken = f"xsm-test:wf-broken:{cluster.extra_env['XSM_TEST_TAG']}"
+    client.set(broken, 1)
+    cluster.start_worker("boom")
+    key = f"boom-{uuid.uuid4().hex[:6]}"
+    orders.send(key, "BOOM", note="n1")
+    store = open_dead_letter_store(cluster.dlq_url)
+    [record] = wait_for(
+        lambda: [r for r in store.list(limit=200) if r.task_args and r.task_args[0] == key],
+        60, "the step's dead letter",
+    )  # fmt: skip
+    assert record.task_name == "xsm.workflow.orders"
+    assert record.reason == "task_exhausted"
+    assert record.attempts == 2
+    assert record.event == {"type": "BOOM", "payload": {"note": "n1"}}
+    assert [e["type"] for e in record.errors] == ["RuntimeError", "RuntimeError"]
+    assert "warehouse API is down" in record.errors[-1]["message"]
+    assert orders.get(key) is None
+    client.delete(broken)
+    result = replay_task(store, record.id, producer, reason="warehouse is back", dry_run=False)
+    assert result.outcome.startswith("sent xsm.workflow.orders")
+    wait_for(lambda: orders.get(key) is not None, 60, "the replayed step")
+    view = orders.get(key)
+    assert view is not None
+    assert view.context["events"] == 1

@@ -54,7 +54,7 @@ def count(interp: Any, ctx: dict[str, Any], event: Any, action: Any) -> None:
     ctx["events"] += 1
 
 
-def explode(interp: Any, ctx: dict[str, Any], event: Any, action: Any) -> None:
+def explode_action(interp: Any, ctx: dict[str, Any], event: Any, action: Any) -> None:
     """An action that always fails, so its step is rolled back and retried."""
     raise RuntimeError("the warehouse API is down")
 
@@ -74,8 +74,12 @@ def order_machine(
     timeout_ms: float = 60_000,
     chart_id: str = "order",
     slow: Any = None,
+    explode: Any = None,
 ) -> Machine:
-    """The order chart with ``charge_task`` as its ``charge`` step (``slow``: SLOW's action)."""
+    """The order chart with ``charge_task`` as its ``charge`` step.
+
+    ``slow`` and ``explode`` replace the actions of SLOW and BOOM.
+    """
     chart = copy.deepcopy(ORDER_CHART)
     chart["id"] = chart_id
     return create_machine(
@@ -84,7 +88,7 @@ def order_machine(
             actions={
                 "remember_total": remember_total,
                 "count": count,
-                "explode": explode,
+                "explode": explode_action if explode is None else explode,
                 "keep_receipt": keep_receipt,
                 "keep_error": keep_error,
                 "slow": slow or count,

@@ -56,6 +56,18 @@ def slow(interp: Any, ctx: dict[str, Any], event: Any, action: Any) -> None:
     ctx["events"] += 1
 
 
+def broken_key() -> str:
+    """While this Redis key exists, BOOM's action raises."""
+    return f"xsm-test:wf-broken:{TAG}"
+
+
+def explode(interp: Any, ctx: dict[str, Any], event: Any, action: Any) -> None:
+    """Fail while the warehouse is flagged broken; count the event once it is back."""
+    if _redis.exists(broken_key()):
+        raise RuntimeError("the warehouse API is down")
+    ctx["events"] += 1
+
+
 @app.task(name="wf_tests.charge", acks_late=True)
 def charge(amount: int) -> dict[str, int]:
     """The payment step: a negative amount is declined."""
@@ -65,7 +77,8 @@ def charge(amount: int) -> dict[str, int]:
 
 
 policy = RetryPolicy(max_attempts=2, base_ms=50)
-orders = xsm.workflow(order_machine(charge, slow=slow), name="orders", retry_policy=policy)
+orders = xsm.workflow(order_machine(charge, slow=slow, explode=explode), name="orders",
+                      retry_policy=policy)
 short = xsm.workflow(order_machine(charge, timeout_ms=1_500), name="short")
 long = xsm.workflow(order_machine(charge, timeout_ms=4_000), name="long")
 
