@@ -35,7 +35,7 @@ from xsm_celery.celery.execute import WORKFLOW_HEADER
 from xsm_celery.celery.settings import DEFAULT_STORE_URL, read_settings, register_keys
 from xsm_celery.celery.timers import register_timer_source
 from xsm_celery.celery.workflow_step import Dispatch, Message, StepOutcome, run_step
-from xsm_celery.celery.workflow_stores import WorkflowStores, stores_once
+from xsm_celery.celery.workflow_stores import StoresOnce, WorkflowStores
 from xsm_celery.celery.workflow_task import run_step_task
 from xsm_celery.celery.workflow_view import WorkflowView, view_of
 from xsm_celery.engine import Machine, is_engine_event_type
@@ -165,6 +165,7 @@ class Workflow:
         self.inbox_ttl_s = inbox_ttl_s
         self.outbox_topic = outbox_topic
         self._store = store
+        self._stores: StoresOnce | None = None
         self._invocations: dict[str, str] | None = None
         self._plugins: tuple[Any, ...] | None = None
         self.task = self._register_task(dict(task_options or {}))
@@ -200,10 +201,12 @@ class Workflow:
 
     def stores(self) -> WorkflowStores:
         """The stores of this workflow in this process (opened on first use)."""
-        value = self._store
-        if value is None:
-            value = self.app.conf.get(WORKFLOW_STORE_SETTING) or DEFAULT_STORE_URL
-        return stores_once(self, value)
+        if self._stores is None:
+            value = self._store
+            if value is None:
+                value = self.app.conf.get(WORKFLOW_STORE_SETTING) or DEFAULT_STORE_URL
+            self._stores = StoresOnce(value)
+        return self._stores.get()
 
     @property
     def countdown_max_s(self) -> float:

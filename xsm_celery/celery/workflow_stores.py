@@ -30,7 +30,7 @@ from xsm_celery.persistence.inbox import MemoryInbox
 from xsm_celery.persistence.memory import MemoryStore
 from xsm_celery.persistence.timers import MemoryTimerStore
 
-__all__ = ["MemoryJournal", "WorkflowStores", "open_workflow_stores", "stores_once"]
+__all__ = ["MemoryJournal", "StoresOnce", "WorkflowStores", "open_workflow_stores"]
 
 
 class MemoryJournal:
@@ -160,17 +160,24 @@ def _from_object(store: Any) -> WorkflowStores:
     )
 
 
-_cache: dict[tuple[int, int], WorkflowStores] = {}
 _cache_lock = threading.Lock()
 
 
-def stores_once(owner: Any, value: Any) -> WorkflowStores:
-    """The stores of ``owner`` (a workflow) in this process, opened on first use."""
-    ident = (id(owner), os.getpid())
-    found = _cache.get(ident)
-    if found is None:
-        with _cache_lock:
-            found = _cache.get(ident)
-            if found is None:
-                found = _cache[ident] = open_workflow_stores(value)
-    return found
+class StoresOnce:
+    """The ``WorkflowStores`` of one owner, opened on first use in each process (never
+    shared across a fork: a database connection must not cross one)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self._opened: tuple[int, WorkflowStores] | None = None
+
+    def get(self) -> WorkflowStores:
+        """The stores in this process."""
+        pid = os.getpid()
+        opened = self._opened
+        if opened is None or opened[0] != pid:
+            with _cache_lock:
+                opened = self._opened
+                if opened is None or opened[0] != pid:
+                    opened = self._opened = (pid, open_workflow_stores(self.value))
+        return opened[1]
