@@ -332,3 +332,35 @@ def test_the_asyncapi_document_names_the_workflow_queue(app: Celery) -> None:
     assert "orders-out" in addresses
     inbound = next(c for c in document["channels"].values() if c["address"] == "orders-in")
     assert inbound["bindings"]["amqp"]["queue"]["name"] == "orders-in"
+
+
+@pytest.fixture
+def eager() -> Iterator[Celery]:
+    """An eager app: step tasks (and their retries) run inline, dead letters in memory."""
+    celery = Celery(f"wf-eager-{uuid.uuid4().hex[:6]}", broker="memory://")
+    celery.conf.task_always_eager = True
+    celery.conf.xsm_dead_letter_store = f"memory://{celery.main}"
+    yield celery
+    celery.close()
+
+
+def test_a_failing_step_task_is_retried_then_dead_lettered(eager: Celery) -> None:
+    """The policy's attempts run, then one dead letter carries the event and the chain."""
+    from xsm_celery.celery.stores import stores_for
+    from xsm_celery.patterns import RetryPolicy
+
+    orders = _workflow(eager, "memory://", retry_policy=RetryPolicy(max_attempts=3, base_ms=1))
+    orders.start("o-20")
+    with captured_facts() as facts:
+        result = orders.send("o-20", "BOOM", note="x")
+    assert result.failed()
+    outcomes = [f.fields["outcome"] for f in facts if f.kind is FactKind.WORKFLOW_STEP_FAILED]
+    assert outcomes == ["retry", "retry", "dead_letter"]
+    [letter] = stores_for(eager).dead_letters().list()
+    assert letter.attempts == 3
+    assert letter.event == {"type": "BOOM", "payload": {"note": "x"}}
+    assert len(letter.errors) == 3
+    assert letter.task_args[0] == "o-20"
+    view = orders.get("o-20")
+    assert view is not None
+    assert view.version == 1
