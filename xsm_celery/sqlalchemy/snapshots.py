@@ -243,6 +243,16 @@ class SQLAlchemyStore:
         check_snapshot(key, snapshot, self.max_bytes)
         values = {"snapshot": snapshot, "machine_version": machine_version or ""}
         with self.db.transaction() as conn, self.db.guard("save"):
+            if expected_version:
+                # The common case in one round trip: the version is the one expected.
+                moved = conn.execute(
+                    snapshot_table.update()
+                    .where(snapshot_table.c.key == key,
+                           snapshot_table.c.version == expected_version)
+                    .values(**values, version=expected_version + 1, updated_at=time.time())
+                ).rowcount  # fmt: skip
+                if moved == 1:
+                    return expected_version + 1
             current = self._current_version(conn, key)
             if expected_version is not None and current != expected_version:
                 raise _conflict(key, current, expected_version)
