@@ -46,9 +46,9 @@ POSTGRES = os.environ.get("XSM_BENCH_POSTGRES", "postgresql+psycopg://postgres@1
 ROOT = Path(__file__).resolve().parent.parent
 
 #: Events per run over this many keys; orders per three-step run; runs per scenario.
-EVENTS_N = 2000
+EVENTS_N = 1500
 KEYS = 50
-ORDERS_N = 300
+ORDERS_N = 200
 ROUNDS = 3
 
 SCHEMA = os.environ.get("XSM_BENCH_SCHEMA", "public")

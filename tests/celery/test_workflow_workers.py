@@ -278,3 +278,31 @@ def test_a_failing_step_is_retried_then_dead_lettered_and_replayed(
     view = orders.get(key)
     assert view is not None
     assert view.context["events"] == 1
+
+
+def test_a_chart_task_step_reports_only_when_it_gives_up(
+    cluster: Cluster, producer: Celery
+) -> None:
+    """Two attempts by its own policy, one error event; its dead letter names workflow and key."""
+    from xsm_celery.sqlalchemy import open_dead_letter_store
+
+    chartpay = Xsm(producer).workflow(order_machine("wf_tests.chart_charge"), name="chartpay")
+    client = redis_lib.Redis.from_url(cluster.backend)
+    runs = f"xsm-test:wf-chart:{cluster.extra_env['XSM_TEST_TAG']}"
+    client.delete(runs)
+    cluster.start_worker("chart")
+    key = f"chart-{uuid.uuid4().hex[:6]}"
+    chartpay.send(key, "PAY", total=-5)
+    wait_for(lambda: _value(chartpay, key) == "failed", 60, "the chart task to give up")
+    assert int(client.get(runs) or 0) == 2
+    view = chartpay.get(key)
+    assert view is not None
+    assert view.context["error"] == "ValueError"
+    store = open_dead_letter_store(cluster.dlq_url)
+    [letter] = wait_for(
+        lambda: [r for r in store.list(limit=200) if r.task_name == "wf_tests.chart_charge"
+                 and r.event.get("payload", {}).get("key") == key],
+        30, "the chart task's dead letter",
+    )  # fmt: skip
+    assert letter.event["payload"] == {"workflow": "chartpay", "key": key}
+    assert letter.attempts == 2

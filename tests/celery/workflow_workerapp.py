@@ -157,3 +157,15 @@ def fulfil_machine() -> Any:
 
 
 fulfil = xsm.workflow(fulfil_machine(), name="fulfil")
+
+
+@xsm.task(name="wf_tests.chart_charge", retry_policy=RetryPolicy(max_attempts=2, base_ms=20))
+def chart_charge(amount: int) -> dict[str, int]:
+    """A ChartTask step: retried by its own policy, reported to the workflow once it gives up."""
+    _redis.incr(f"xsm-test:wf-chart:{TAG}")
+    if amount < 0:
+        raise ValueError(f"declined amount {amount}")
+    return {"charged": amount}
+
+
+chartpay = xsm.workflow(order_machine(chart_charge), name="chartpay")

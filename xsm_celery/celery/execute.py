@@ -157,7 +157,10 @@ def _retry(
 ) -> BaseException:
     assert outcome.delay_ms is not None
     delay_s = outcome.delay_ms / 1000.0
-    headers = {HEADER: outcome.interpreter.get_snapshot()}
+    headers: dict[str, Any] = {HEADER: outcome.interpreter.get_snapshot()}
+    workflow = _workflow_of(task.request)
+    if workflow is not None:
+        headers[WORKFLOW_HEADER] = workflow
     error = outcome.run.error
     if delay_s <= bound.settings.timer_countdown_max_s:
         result: BaseException = task.retry(countdown=delay_s, exc=error, headers=headers)
