@@ -318,10 +318,12 @@ class SQLAlchemyStore:
         with self.db.transaction(timeout=timeout) as conn:
             if self.db.dialect == "postgresql":
                 with self.db.guard(f"locking {key!r}"):
-                    conn.exec_driver_sql(f"SET LOCAL lock_timeout = {max(int(timeout * 1000), 1)}")
+                    # One round trip: set_config(..., true) is SET LOCAL, evaluated first.
                     conn.execute(
-                        sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": advisory_key(key)}
-                    )
+                        sa.text("SELECT set_config('lock_timeout', :t, true), "
+                                "pg_advisory_xact_lock(:k)"),
+                        {"t": f"{max(int(timeout * 1000), 1)}ms", "k": advisory_key(key)},
+                    )  # fmt: skip
             yield conn
 
     def transaction(self) -> contextlib.AbstractContextManager[Connection]:
