@@ -87,11 +87,13 @@ def _workflows(app: Celery) -> dict[str, Workflow]:
         return {"charged": amount}
 
     xsm = Xsm(app)
-    return {
+    flows = {
         "orders": xsm.workflow(order_machine(charge), name="orders"),
         "short": xsm.workflow(order_machine(charge, timeout_ms=1_500), name="short"),
         "long": xsm.workflow(order_machine(charge, timeout_ms=4_000), name="long"),
     }
+    flows["orders"].stores()
+    return flows
 
 
 def _value(flow: Workflow, key: str) -> Any:

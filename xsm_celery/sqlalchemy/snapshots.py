@@ -154,9 +154,17 @@ class SQLAlchemyDatabase:
             ) from exc
 
     def create(self, table: sa.Table) -> None:
-        """Create ``table`` (and its indexes) unless it exists."""
+        """Create ``table`` (and its indexes) unless it exists.
+
+        Two processes opening a fresh database at once (a worker and the web process) both
+        see no table and both create it; the one that loses the race finds it there.
+        """
         with self.guard(f"creating {table.name}"):
-            table.create(self.engine, checkfirst=True)
+            try:
+                table.create(self.engine, checkfirst=True)
+            except sa.exc.SQLAlchemyError:
+                if not sa.inspect(self.engine).has_table(table.name):
+                    raise
 
 
 def _immediate_transactions(engine: Engine) -> None:
