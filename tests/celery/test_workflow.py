@@ -364,3 +364,16 @@ def test_a_failing_step_task_is_retried_then_dead_lettered(eager: Celery) -> Non
     view = orders.get("o-20")
     assert view is not None
     assert view.version == 1
+
+
+def test_the_decorator_form_names_the_workflow_after_the_function(app: Celery) -> None:
+    """@xsm.workflow(store=...) over a function returning the machine registers it by name."""
+    xsm = Xsm(app)
+
+    @xsm.workflow(store="memory://")
+    def subscriptions() -> Any:
+        return order_machine(f"{app.main}.charge", chart_id="subscription")
+
+    assert isinstance(subscriptions, Workflow)
+    assert subscriptions.task.name == "xsm.workflow.subscriptions"
+    assert subscriptions.start("s-1").value == "created"
