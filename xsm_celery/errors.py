@@ -21,6 +21,9 @@ uses) to catch everything the library raises on purpose. The tree::
         - TaskGaveUp: a task chart reached its dead-letter state without an error
         - MisuseError (also a RuntimeError): an API called out of order
         - WaitTimeoutError (also a TimeoutError): wait_for's condition was not met
+        - WorkflowStepError: a workflow step failed (an action raised, a bad message);
+          nothing of the step was saved
+        - ServiceTaskFailed: a Celery task a workflow invoked failed (``error.platform``)
         - SnapshotError: a snapshot that cannot be restored
           - SnapshotCorruptError
           - SnapshotTooLargeError
@@ -95,9 +98,11 @@ __all__ = [
     "StateNotFoundError",
     "StoreError",
     "StoreUnavailableError",
+    "ServiceTaskFailed",
     "TaskGaveUp",
     "TimeLimitKilled",
     "WorkerLost",
+    "WorkflowStepError",
     "XStateMachineError",
     "XsmError",
 ]
@@ -250,6 +255,30 @@ class TaskGaveUp(ExecutionError):
     Only a custom chart can do that (a dead-letter state reached from ``onDone``); the
     dead letter is written all the same, and this is the exception the task ends with.
     """
+
+
+class WorkflowStepError(ExecutionError):
+    """Raised when a workflow step cannot be applied; the transaction was rolled back.
+
+    Its ``__cause__`` is the action's or guard's own exception. The step task retries it by
+    the workflow's ``retry_policy`` and then writes a dead letter.
+    """
+
+
+class ServiceTaskFailed(ExecutionError):
+    """The ``event.data`` of ``error.platform.<id>`` when a Celery task step failed.
+
+    Attributes:
+        task_name: The task that failed.
+        error_type: The name of its exception's class.
+        message: Its message (as the worker reported it).
+    """
+
+    def __init__(self, task_name: str, error_type: str, message: str) -> None:
+        self.task_name = task_name
+        self.error_type = error_type
+        self.message = message
+        super().__init__(f"task {task_name or '?'} failed with {error_type}: {message}")
 
 
 class WorkerLost(ExecutionError):

@@ -10,7 +10,7 @@ from celery import Celery
 
 from tests.celery.test_replay import app, dead_letter, sent, store  # noqa: F401 (fixture)
 from xsm_celery.celery import replay_task
-from xsm_celery.celery.workflow import replay_options, workflow_of
+from xsm_celery.celery.canvas import canvas_of, replay_options
 from xsm_celery.errors import ReplayRefusedError
 
 
@@ -19,7 +19,7 @@ def test_a_linked_callback_is_kept_in_the_record_and_sent_again(app: Celery) -> 
     callback = app.signature("shop.notify", args=("o-1",))
     result = app.tasks["shop.charge"].apply(("o-1", 5), link=callback)
     record = next(r for r in store(app).all() if r.task_id == result.id)
-    assert record.event["payload"]["workflow"]["callbacks"][0]["task"] == "shop.notify"
+    assert record.event["payload"]["canvas"]["callbacks"][0]["task"] == "shop.notify"
     replay_task(store(app), record.id, app, reason="fixed", dry_run=False)
     (message,) = sent(app)
     embed = message.decode()[2]
@@ -31,7 +31,7 @@ def test_the_rest_of_a_chain_is_kept_on_replay(app: Celery) -> None:  # noqa: F8
     rest = [dict(app.signature("shop.ship", args=("o-1",))),
             dict(app.signature("shop.email", args=("o-1",)))]  # fmt: skip
     request = SimpleNamespace(chain=rest, callbacks=None, errbacks=None, chord=None, group=None)
-    options = replay_options("r-1", {"workflow": workflow_of(request)})
+    options = replay_options("r-1", {"canvas": canvas_of(request)})
     assert [s["task"] for s in options["chain"]] == ["shop.ship", "shop.email"]
     record = dead_letter(app, "o-1", 5)
     app.send_task("shop.charge", args=["o-1", 5], **options)
@@ -45,6 +45,6 @@ def test_a_chord_member_is_refused_with_what_would_be_lost() -> None:
     chord: dict[str, Any] = {"task": "shop.summarise", "args": [], "kwargs": {}}
     request = SimpleNamespace(chain=None, callbacks=None, errbacks=None, chord=chord, group="g-7")
     with pytest.raises(ReplayRefusedError, match=r"'shop\.summarise' did not run") as caught:
-        replay_options("r-2", {"workflow": workflow_of(request)})
+        replay_options("r-2", {"canvas": canvas_of(request)})
     assert "g-7" in str(caught.value)
     assert "run the whole chord again" in str(caught.value)

@@ -36,6 +36,9 @@ class Cluster:
     workdir: Path
     queue: str = field(default_factory=lambda: f"xsm-tests-{uuid.uuid4().hex[:8]}")
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    #: The ``celery -A`` app the processes run, and extra environment they get.
+    app: str = APP
+    extra_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def dlq_url(self) -> str:
@@ -57,6 +60,7 @@ class Cluster:
             "XSM_TEST_DLQ": self.dlq_url,
             "XSM_TEST_TIMERS": self.timers_url,
             "PYTHONPATH": str(ROOT),
+            **self.extra_env,
         }
 
     def producer(self) -> Celery:
@@ -69,7 +73,7 @@ class Cluster:
     def start_worker(self, name: str, pool: str = "prefork") -> subprocess.Popen[bytes]:
         """A worker on this cluster's queue; returns once it answers a ping."""
         log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - lives with the process
-        args = [sys.executable, "-m", "celery", "-A", APP, "worker", "-P", pool, "-c", "1",
+        args = [sys.executable, "-m", "celery", "-A", self.app, "worker", "-P", pool, "-c", "1",
                 "-n", f"{name}.{self.queue}@%h", "-Q", self.queue, "-l", "INFO",
                 "--without-gossip", "--without-mingle", "--without-heartbeat"]  # fmt: skip
         proc = subprocess.Popen(args, cwd=self.workdir, env=self.env(), stdout=log, stderr=log)
@@ -80,7 +84,7 @@ class Cluster:
     def start_beat(self) -> subprocess.Popen[bytes]:
         """A Beat process running the app's schedule (the timer scan every 0.25 s)."""
         log = open(self.workdir / "beat.log", "ab")  # noqa: SIM115 - lives with the process
-        args = [sys.executable, "-m", "celery", "-A", APP, "beat", "-l", "INFO",
+        args = [sys.executable, "-m", "celery", "-A", self.app, "beat", "-l", "INFO",
                 "-s", str(self.workdir / "beat-schedule"), "--max-interval", "1"]  # fmt: skip
         proc = subprocess.Popen(args, cwd=self.workdir, env=self.env(), stdout=log, stderr=log)
         self.procs.append(proc)

@@ -29,9 +29,13 @@ from xsm_celery.celery.observability import ObservabilityConfig, observability_c
 from xsm_celery.celery.relay import install_relay, relay_outbox
 from xsm_celery.celery.replay import TaskReplayResult, replay_task
 from xsm_celery.celery.serialization import require_json
+from xsm_celery.celery.service import celery_service
 from xsm_celery.celery.settings import XsmSettings, read_settings, register_keys
 from xsm_celery.celery.task import ChartTask
 from xsm_celery.celery.timers import FIRE_TIMERS_TASK, fire_due_timers, fire_timers
+from xsm_celery.celery.workflow import Workflow, workflow_named, workflows_of
+from xsm_celery.celery.workflow_stores import WorkflowStores
+from xsm_celery.celery.workflow_view import PendingTimer, WorkflowView
 from xsm_celery.errors import TaskGaveUp, WorkerLost
 
 __all__ = [
@@ -74,6 +78,14 @@ __all__ = [
     # Observability
     "ObservabilityConfig",
     "observability_config",
+    # Durable workflows
+    "PendingTimer",
+    "Workflow",
+    "WorkflowStores",
+    "WorkflowView",
+    "celery_service",
+    "workflow_named",
+    "workflows_of",
 ]
 
 

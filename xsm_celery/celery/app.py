@@ -61,6 +61,19 @@ class Xsm:
             return self.app.task(**options)(fn)
         return self.app.task(*args, **options)
 
+    def workflow(self, machine: Any = None, /, **options: Any) -> Any:
+        """Run ``machine`` as a durable workflow on this app; returns the ``Workflow``.
+
+        ``xsm.workflow(order_machine, store="django", queue="orders")``, or as a decorator
+        over a function returning the machine: ``@xsm.workflow(store="django")``. Options
+        are ``Workflow``'s (``store``, ``name``, ``queue``, ``retry_policy``...).
+        """
+        from xsm_celery.celery.workflow import Workflow, workflow_decorator
+
+        if machine is None:
+            return workflow_decorator(self.app, options)
+        return Workflow(self.app, machine, **options)
+
     def beat_schedule(
         self, relay_every: float | None = None, timers_every: float | None = 10.0
     ) -> dict[str, dict[str, Any]]:

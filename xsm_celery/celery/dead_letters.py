@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from xsm_celery.celery.canvas import CANVAS_KEY
 from xsm_celery.celery.secrets import mask_exception, task_secrets
 from xsm_celery.celery.spool import DEFAULT_SPOOL_DIR, DeadLetterSpool, dead_letter_id
-from xsm_celery.celery.workflow import WORKFLOW_KEY
 from xsm_celery.engine import redact
 from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS, secret_values
 from xsm_celery.errors import DeferredTooLongError, TimeLimitKilled, WorkerLost
@@ -48,8 +48,10 @@ class TaskFailure:
     snapshot: Mapping[str, Any]
     error: BaseException | None
     retryable: bool
-    #: The chain, callbacks and chord the task was part of (``workflow.workflow_of``).
-    workflow: Mapping[str, Any] = field(default_factory=dict)
+    #: The chain, callbacks and chord the task was part of (``canvas.canvas_of``).
+    canvas: Mapping[str, Any] = field(default_factory=dict)
+    #: ``{workflow, key}`` when a workflow dispatched the task as a step (else None).
+    workflow: Mapping[str, str] | None = None
 
 
 def redact_arguments(
@@ -119,7 +121,10 @@ class DeadLetterWriter:
             id=dead_letter_id(failure.task_id, attempts),
             machine_id=failure.machine_id,
             state_id=failure.state_id,
-            event={"type": failure.event_type, "payload": _workflow_payload(failure, self._keys)},
+            event={
+                "type": failure.event_type,
+                "payload": {**(failure.workflow or {}), **_canvas_payload(failure, self._keys)},
+            },
             attempts=attempts,
             errors=mask_errors(errors, secrets),
             snapshot=_redact(snapshot, self._keys),
@@ -190,12 +195,12 @@ class DeadLetterWriter:
         return record_id
 
 
-def _workflow_payload(failure: TaskFailure, keys: Iterable[str] | None) -> dict[str, Any]:
-    """The task's workflow, redacted by key like its arguments, under ``WORKFLOW_KEY``."""
-    if not failure.workflow:
+def _canvas_payload(failure: TaskFailure, keys: Iterable[str] | None) -> dict[str, Any]:
+    """The task's canvas, redacted by key like its arguments, under ``CANVAS_KEY``."""
+    if not failure.canvas:
         return {}
-    plain = json.loads(json.dumps(dict(failure.workflow), default=str))
-    return {WORKFLOW_KEY: _redact(plain, keys)}
+    plain = json.loads(json.dumps(dict(failure.canvas), default=str))
+    return {CANVAS_KEY: _redact(plain, keys)}
 
 
 def _attempts(context: Mapping[str, Any]) -> int | None:

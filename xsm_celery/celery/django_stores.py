@@ -21,6 +21,8 @@ _CLASSES = {
     "dead_letters": "DjangoDeadLetterStore",
     "timers": "DjangoTimerStore",
     "outbox": "DjangoOutboxStore",
+    "snapshots": "DjangoSnapshotStore",
+    "inbox": "DjangoInbox",
 }
 
 

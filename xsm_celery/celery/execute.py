@@ -23,6 +23,7 @@ from typing import Any, assert_never
 from celery.exceptions import Retry
 
 from xsm_celery.celery.attempt import Run, Settled, Verdict, run_chart
+from xsm_celery.celery.canvas import canvas_of
 from xsm_celery.celery.dead_letters import DeadLetterWriter, TaskFailure
 from xsm_celery.celery.facts import AttemptFacts
 from xsm_celery.celery.header import HEADER, ChartHeader, HeaderCodec
@@ -32,7 +33,6 @@ from xsm_celery.celery.spool import DeadLetterSpool
 from xsm_celery.celery.stores import stores_for
 from xsm_celery.celery.time_limits import lost_attempt_error
 from xsm_celery.celery.timers import schedule_retry
-from xsm_celery.celery.workflow import workflow_of
 from xsm_celery.engine import Machine
 from xsm_celery.errors import TaskGaveUp
 from xsm_celery.hooks import FactKind, emit
@@ -166,7 +166,8 @@ def _give_up(
             snapshot=json.loads(settled.interpreter.get_snapshot()),
             error=error,
             retryable=error is None or bound.policy.should_retry(error),
-            workflow=workflow_of(task.request),
+            canvas=canvas_of(task.request),
+            workflow=_workflow_of(task.request),
         )
     )
     attempt = settled.interpreter.context.get("attempt")
@@ -193,7 +194,12 @@ def _retry(
     assert settled.delay_ms is not None
     delay_s = settled.delay_ms / 1000.0
     secrets = bound.writer.secrets(args, kwargs)
-    headers = bound.codec.encode(mask_header(settled.interpreter.get_snapshot(), secrets))
+    headers: dict[str, Any] = dict(
+        bound.codec.encode(mask_header(settled.interpreter.get_snapshot(), secrets))
+    )
+    workflow = _workflow_of(task.request)
+    if workflow is not None:
+        headers[WORKFLOW_HEADER] = workflow
     error = settled.run.error
     mask_exception(error, secrets)
     durable = delay_s > bound.settings.timer_countdown_max_s
@@ -233,3 +239,17 @@ def _route(request: Any) -> dict[str, Any]:
     if exchange == "" and routing_key:
         return {"queue": routing_key}
     return {k: v for k, v in (("exchange", exchange), ("routing_key", routing_key)) if v}
+
+
+#: Message header naming the workflow instance that dispatched a task as one of its steps.
+WORKFLOW_HEADER = "xsm_workflow"
+
+
+def _workflow_of(request: Any) -> dict[str, str] | None:
+    """``{workflow, key}`` of the workflow step that sent this task, if one did."""
+    raw = getattr(request, WORKFLOW_HEADER, None)
+    if raw is None:
+        raw = (getattr(request, "headers", None) or {}).get(WORKFLOW_HEADER)
+    if isinstance(raw, dict) and isinstance(raw.get("workflow"), str):
+        return {"workflow": str(raw["workflow"]), "key": str(raw.get("key", ""))}
+    return None

@@ -17,7 +17,7 @@ from typing import Any
 
 from celery.utils import uuid
 
-from xsm_celery.celery.workflow import replay_options
+from xsm_celery.celery.canvas import replay_options
 from xsm_celery.engine.redact import REDACTED
 from xsm_celery.errors import ReplayRefusedError
 from xsm_celery.hooks import FactKind, emit
@@ -102,7 +102,7 @@ def _replayable(store: Any, record_id: str) -> Any:
     redacted = (
         _redacted_paths(record.task_args, "args")
         + _redacted_paths(record.task_kwargs, "kwargs")
-        + _redacted_paths((record.event or {}).get("payload"), "workflow")
+        + _redacted_paths((record.event or {}).get("payload"), "canvas")
     )
     if redacted:
         raise ReplayRefusedError(

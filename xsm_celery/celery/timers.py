@@ -14,8 +14,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from celery import shared_task
@@ -23,7 +25,13 @@ from celery import shared_task
 from xsm_celery.celery.stores import stores_for
 from xsm_celery.hooks import FactKind, emit
 
-__all__ = ["FIRE_TIMERS_TASK", "fire_due_timers", "fire_timers", "schedule_retry"]
+__all__ = [
+    "FIRE_TIMERS_TASK",
+    "fire_due_timers",
+    "fire_timers",
+    "register_timer_source",
+    "schedule_retry",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +40,23 @@ FIRE_TIMERS_TASK = "xsm_celery.fire_timers"
 
 #: Seconds a Beat process owns the rows it claimed before another may take them.
 LEASE_S = 60.0
+
+
+_sources: weakref.WeakKeyDictionary[Any, dict[str, Callable[[], Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+_sources_lock = threading.Lock()
+
+
+def register_timer_source(app: Any, name: str, open_timers: Callable[[], Any]) -> None:
+    """Have ``fire_due_timers`` also publish the due rows of another ``TimerStore``.
+
+    Workflows keep their timer rows in their own store's database (so the rows commit with
+    the snapshot); their rows have the same payload shape as retry rows, so the one Beat
+    entry fires both. ``open_timers`` is called in the Beat worker on first use.
+    """
+    with _sources_lock:
+        _sources.setdefault(app, {})[name] = open_timers
 
 
 def schedule_retry(
@@ -67,8 +92,19 @@ def fire_due_timers(app: Any, *, now: float | None = None, owner: str | None = N
     stores = stores_for(app)
     owner = owner or f"{socket.gethostname()}:{os.getpid()}"
     now = time.time() if now is None else now
-    timers = stores.timers()
-    due = timers.claim(now, stores.settings.timer_batch, owner, lease_s=LEASE_S)
+    batch = stores.settings.timer_batch
+    sent = _fire_from(app, stores.timers(), now, batch, owner)
+    for name, open_timers in sorted(_sources.get(app, {}).items()):
+        try:
+            sent += _fire_from(app, open_timers(), now, batch, f"{owner}:{name}")
+        except Exception:
+            logger.exception("could not fire the due timers of %s; will try again", name)
+    return sent
+
+
+def _fire_from(app: Any, timers: Any, now: float, batch: int, owner: str) -> int:
+    """Publish the due rows of one timer store; return how many were sent."""
+    due = timers.claim(now, batch, owner, lease_s=LEASE_S)
     sent = 0
     for timer in due:
         try:

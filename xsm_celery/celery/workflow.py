@@ -1,68 +1,489 @@
-"""What a dead-lettered task was part of (chain, callbacks, chord), kept for its replay.
+"""Durable workflows: a user's chart as one persisted instance per business key, on Celery.
 
-A task in ``chain(a, b, c)`` carries the rest of the chain in its message; one with
-``link=`` carries its callbacks. A replay that sent only the task's own name and arguments
-would silently drop them. The dead letter therefore keeps them (in ``event['payload']
-['workflow']``), and the replay sends them again. A chord member cannot be replayed into its
-chord (the chord counted it already and its callback was not run), so its replay is refused
-with a message that says so.
+::
+
+    xsm = Xsm(app)
+    orders = xsm.workflow(order_machine, store="django", queue="orders")
+
+    orders.start("o-42")                        # entry actions run, timers are scheduled
+    orders.send("o-42", "PAY", total=99)        # a Celery task message; the AsyncResult
+    orders.send_now("o-42", "PAY", total=99)    # the same step in this process
+    orders.get("o-42")                          # None, or a WorkflowView
+
+Every event is one step (``xsm_celery.celery.workflow_step``) run by the workflow's task
+``xsm.workflow.<name>``: the instance is locked, loaded, sent the event and saved with its
+inbox receipt, timer rows and outbox rows in one transaction. ``after`` timers become
+countdown messages (or durable rows fired by the ``xsm-fire-timers`` Beat entry when longer
+than ``xsm_timer_countdown_max_s``); ``celery_service(task)`` invokes a Celery task as a step
+and its result comes back as ``done.invoke.<id>``. See ``docs/workflows.md``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-from xsm_celery.errors import ReplayRefusedError
+from kombu.utils.uuid import uuid
 
-__all__ = ["WORKFLOW_KEY", "replay_options", "workflow_of"]
+from xsm_celery.celery.execute import WORKFLOW_HEADER
+from xsm_celery.celery.settings import DEFAULT_STORE_URL, read_settings, register_keys
+from xsm_celery.celery.timers import register_timer_source
+from xsm_celery.celery.workflow_step import Dispatch, Message, StepOutcome, run_step
+from xsm_celery.celery.workflow_stores import StoresOnce, WorkflowStores
+from xsm_celery.celery.workflow_task import run_step_task
+from xsm_celery.celery.workflow_view import WorkflowView, view_of
+from xsm_celery.engine import Machine, is_engine_event_type
+from xsm_celery.engine.events import to_event
+from xsm_celery.errors import ConfigurationError, InvalidEventError
+from xsm_celery.ids import new_id
+from xsm_celery.patterns import RetryPolicy
+from xsm_celery.persistence.memory import check_key
 
-#: Key of ``DeadLetter.event['payload']`` that holds the task's workflow.
-WORKFLOW_KEY = "workflow"
+__all__ = [
+    "DEFAULT_INBOX_TTL_S",
+    "WORKFLOW_STORE_SETTING",
+    "WORKFLOW_TASK_PREFIX",
+    "Workflow",
+    "find_workflow",
+    "workflow_named",
+    "workflows_of",
+]
+
+logger = logging.getLogger("xsm_celery.workflow")
+
+#: The setting naming the store of workflows that do not pass ``store=``.
+WORKFLOW_STORE_SETTING = "xsm_workflow_store"
+register_keys(WORKFLOW_STORE_SETTING)
+
+#: Prefix of every workflow's step task name (``xsm.workflow.orders``).
+WORKFLOW_TASK_PREFIX = "xsm.workflow."
+
+#: Seconds an event id is remembered, so a redelivery within it is answered, not re-run.
+DEFAULT_INBOX_TTL_S = 7 * 86_400.0
+
+#: Seconds a step waits for the instance's lock before it is retried (not counted).
+DEFAULT_LOCK_TIMEOUT_S = 5.0
+
+_registry: weakref.WeakKeyDictionary[Any, dict[str, Workflow]] = weakref.WeakKeyDictionary()
+_registry_lock = threading.Lock()
 
 
-def _plain(signature: Any) -> Any:
-    return dict(signature) if isinstance(signature, Mapping) else signature
+def find_workflow(name: str) -> Workflow | None:
+    """The workflow called ``name`` on any app of this process (the admin's lookup)."""
+    for table in list(_registry.values()):
+        if name in table:
+            return table[name]
+    return None
 
 
-def workflow_of(request: Any) -> dict[str, Any]:
-    """The chain, callbacks, errbacks, chord and group of ``request``, only those present."""
-    found: dict[str, Any] = {}
-    for name in ("chain", "callbacks", "errbacks"):
-        value = getattr(request, name, None)
-        if value:
-            found[name] = [_plain(item) for item in value]
-    chord = getattr(request, "chord", None)
-    if chord:
-        found["chord"] = _plain(chord)
-    group = getattr(request, "group", None)
-    if group:
-        found["group"] = str(group)
+def workflows_of(app: Any) -> dict[str, Workflow]:
+    """The workflows registered on ``app``, by name."""
+    return dict(_registry.get(app, {}))
+
+
+def workflow_named(app: Any, name: str) -> Workflow:
+    """The workflow ``name`` of ``app``.
+
+    Raises:
+        ConfigurationError: no such workflow in this process; the worker must import the
+            module that calls ``xsm.workflow(...)``.
+    """
+    found = _registry.get(app, {}).get(name)
+    if found is None:
+        known = ", ".join(sorted(_registry.get(app, {}))) or "none"
+        raise ConfigurationError(
+            f"no workflow {name!r} on app {getattr(app, 'main', app)!r} (known: {known}); "
+            "import the module that declares it in the worker (Celery's include= or imports)"
+        )
     return found
 
 
-def replay_options(record_id: str, payload: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The ``send_task`` options that keep a replayed task's chain and callbacks.
+class Workflow:
+    """One chart run as durable instances, one per key, by a Celery task.
 
-    Raises:
-        ReplayRefusedError: the task was a chord member; the message says what is lost.
+    Use ``Xsm(app).workflow(machine, ...)`` rather than this class directly.
+
+    Args:
+        app: The Celery app.
+        machine: The chart (``create_machine(...)``).
+        store: ``"django"``, a database URL, ``"memory://"``, a ``StateStore`` or a
+            ``WorkflowStores``; default ``app.conf.xsm_workflow_store`` (else
+            ``sqlite:///xsm_celery.db``).
+        name: The workflow's name (unique per app); default the machine id.
+        queue: The Celery queue its step messages (events, timers, completions) go to.
+        retry_policy: How failing steps are retried before their dead letter; default
+            ``RetryPolicy(max_attempts=5, base_ms=500)``.
+        lock_timeout_s: Seconds a step waits for the instance's lock before it is retried.
+        inbox_ttl_s: Seconds an event id is remembered for deduplication.
+        outbox_topic: Topic of the chart's ``meta.publish`` envelopes (written to the store's
+            outbox in the step's transaction); None leaves publications out.
+        task_options: More options for the step task (``priority``, ``time_limit``...).
     """
-    workflow = (payload or {}).get(WORKFLOW_KEY) or {}
-    if not isinstance(workflow, Mapping):
-        return {}
-    chord = workflow.get("chord")
-    if chord:
-        callback = chord.get("task", "?") if isinstance(chord, Mapping) else "?"
-        raise ReplayRefusedError(
-            f"dead letter {record_id} was a member of a chord (group {workflow.get('group')}) "
-            f"whose callback {callback!r} did not run; a replay cannot rejoin the chord, so "
-            "the callback would still never run: run the whole chord again instead"
+
+    def __init__(
+        self,
+        app: Any,
+        machine: Machine,
+        *,
+        store: Any = None,
+        name: str | None = None,
+        queue: str | None = None,
+        retry_policy: RetryPolicy | None = None,
+        lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+        inbox_ttl_s: float | None = DEFAULT_INBOX_TTL_S,
+        outbox_topic: str | None = None,
+        task_options: dict[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(machine, Machine):
+            raise ConfigurationError(
+                f"xsm.workflow() needs a Machine from create_machine(...), got "
+                f"{type(machine).__name__}"
+            )
+        self.app = app
+        self.machine = machine
+        self.name = str(name or machine.id)
+        if not self.name or any(c in self.name for c in ": \t\n"):
+            raise ConfigurationError(
+                f"workflow name {self.name!r} must be non-empty without spaces or ':'; "
+                "pass name='orders'"
+            )
+        if retry_policy is not None and not isinstance(retry_policy, RetryPolicy):
+            raise ConfigurationError(
+                f"retry_policy must be a RetryPolicy, got {type(retry_policy).__name__}"
+            )
+        if not lock_timeout_s > 0:
+            raise ConfigurationError(f"lock_timeout_s must be > 0 seconds, got {lock_timeout_s!r}")
+        self.queue = queue
+        self.retry_policy = retry_policy or RetryPolicy(max_attempts=5, base_ms=500)
+        self.lock_timeout_s = float(lock_timeout_s)
+        self.inbox_ttl_s = inbox_ttl_s
+        self.outbox_topic = outbox_topic
+        self._store = store
+        self._stores: StoresOnce | None = None
+        self._invocations: dict[str, str] | None = None
+        self._plugins: tuple[Any, ...] | None = None
+        self.task = self._register_task(dict(task_options or {}))
+        with _registry_lock:
+            table = _registry.setdefault(app, {})
+            if self.name in table:
+                raise ConfigurationError(
+                    f"app already has a workflow named {self.name!r}; pass name= to tell "
+                    "two workflows of one chart apart"
+                )
+            table[self.name] = self
+        register_timer_source(app, f"workflow:{self.name}", lambda: self.stores().timers)
+
+    def __repr__(self) -> str:
+        return f"Workflow({self.name!r}, task={self.task.name!r})"
+
+    def _register_task(self, options: dict[str, Any]) -> Any:
+        workflow = self
+
+        def step(task: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            return run_step_task(workflow, task, args, kwargs)
+
+        step.__name__ = f"workflow_{self.name}"
+        step.__doc__ = f"Run one step of workflow {self.name!r} (xsm_celery)."
+        options.setdefault("acks_late", True)
+        options.setdefault("reject_on_worker_lost", True)
+        if self.queue:
+            options.setdefault("queue", self.queue)
+        return self.app.task(
+            name=f"{WORKFLOW_TASK_PREFIX}{self.name}", bind=True, shared=False, typing=False,
+            **options,
+        )(step)  # fmt: skip
+
+    def stores(self) -> WorkflowStores:
+        """The stores of this workflow in this process (opened on first use)."""
+        if self._stores is None:
+            value = self._store
+            if value is None:
+                value = self.app.conf.get(WORKFLOW_STORE_SETTING) or DEFAULT_STORE_URL
+            self._stores = StoresOnce(value)
+        return self._stores.get()
+
+    @property
+    def countdown_max_s(self) -> float:
+        """Timers due within this many seconds are countdown messages; longer ones rows."""
+        return float(read_settings(self.app).timer_countdown_max_s)
+
+    def store_key(self, key: str) -> str:
+        """The store key of instance ``key`` (``<workflow>:<key>``)."""
+        check_key(key)
+        return f"{self.name}:{key}"
+
+    def user_key(self, store_key: str) -> str:
+        """The business key of a store key."""
+        return store_key[len(self.name) + 1 :]
+
+    def start(self, key: str, *, context: dict[str, Any] | None = None) -> WorkflowView:
+        """Create instance ``key`` in this process and return it; an existing one is kept.
+
+        ``context`` is merged into the chart's initial context before the entry actions run.
+        """
+        message = Message(new_id(), "start", payload=dict(context or {}))
+        _check_json(message.payload, "start context")
+        run_step(self, key, message)
+        view = self.get(key)
+        assert view is not None
+        return view
+
+    def send(
+        self,
+        key: str,
+        event: Any,
+        /,
+        *,
+        event_id: str | None = None,
+        queue: str | None = None,
+        countdown: float | None = None,
+        eta: Any = None,
+        **payload: Any,
+    ) -> Any:
+        """Send ``event`` to instance ``key`` as a Celery task message; return its AsyncResult.
+
+        An unknown key starts a new instance first. ``event_id`` (default: a fresh id) is
+        what the inbox deduplicates on: send the same id twice and the step runs once.
+
+        Raises:
+            InvalidEventError: an engine event name (``done.invoke.*``, ``after.*``...) or a
+                payload JSON cannot carry.
+        """
+        message = self._event_message(event, payload, event_id)
+        options = self._routing(queue)
+        if countdown is not None:
+            options["countdown"] = countdown
+        if eta is not None:
+            options["eta"] = eta
+        self.store_key(key)
+        return self.task.apply_async(args=[key, message.to_dict()], **options)
+
+    def send_now(
+        self, key: str, event: Any, /, *, event_id: str | None = None, **payload: Any
+    ) -> WorkflowView:
+        """Run the step of ``event`` for ``key`` in this process and return the instance.
+
+        Raises:
+            WorkflowStepError: an action or guard raised; nothing was saved.
+            LockTimeoutError: another step of ``key`` held the lock too long.
+        """
+        message = self._event_message(event, payload, event_id)
+        self.step(key, message)
+        view = self.get(key)
+        assert view is not None
+        return view
+
+    def step(self, key: str, message: Message) -> StepOutcome:
+        """Run one step in this process (what the task does, without its retries)."""
+        return run_step(self, key, message)
+
+    def get(self, key: str) -> WorkflowView | None:
+        """The instance ``key`` as stored, or None; reading runs nothing."""
+        record = self.stores().snapshots.load(self.store_key(key))
+        return None if record is None else view_of(self.name, key, record)
+
+    def keys(self, *, prefix: str = "", limit: int = 1000) -> list[str]:
+        """Business keys of the stored instances starting with ``prefix``, sorted."""
+        found = self.stores().snapshots.list_keys(prefix=f"{self.name}:{prefix}", limit=limit)
+        return [self.user_key(k) for k in found]
+
+    def instances(self, *, prefix: str = "", limit: int = 100) -> list[WorkflowView]:
+        """Views of up to ``limit`` stored instances, by key."""
+        views = (self.get(key) for key in self.keys(prefix=prefix, limit=limit))
+        return [v for v in views if v is not None]
+
+    def accepted_events(self, key: str) -> list[str]:
+        """The event types the instance's active states handle (for operators), sorted."""
+        view = self.get(key)
+        if view is None or view.status != "running":
+            return []
+        found: set[str] = set()
+        for node in self.machine.nodes:
+            if view.matches(node.id):
+                found.update(t for t in node.on if t and t != "*" and not is_engine_event_type(t))
+        return sorted(found)
+
+    def _event_message(self, event: Any, payload: dict[str, Any], event_id: str | None
+                       ) -> Message:  # fmt: skip
+        made = to_event(event, payload)
+        if is_engine_event_type(made.type):
+            raise InvalidEventError(
+                f"event {made.type!r} is reserved for the engine (done.invoke.*, "
+                "error.platform.*, done.state.*, after.*, xstate.*); a workflow's task results "
+                "and timers arrive on their own - send a domain event instead"
+            )
+        _check_json(made.payload, f"payload of {made.type!r}")
+        if event_id is not None and (not isinstance(event_id, str) or not event_id):
+            raise InvalidEventError(f"event_id must be a non-empty string, got {event_id!r}")
+        return Message(event_id or new_id(), "event", type=made.type, payload=dict(made.payload))
+
+    def _routing(self, queue: str | None = None) -> dict[str, Any]:
+        chosen = queue or self.queue
+        return {"queue": chosen} if chosen else {}
+
+    def summary(self, store_key: str, interp: Any) -> dict[str, Any]:
+        """The instance row the Django admin lists: machine, key, state, status, update."""
+        return {
+            "workflow": self.name,
+            "key": self.user_key(store_key),
+            "machine_id": str(self.machine.id),
+            "state": ", ".join(sorted(interp.current_state_ids)),
+            "status": str(interp.status),
+            "updated_at": time.time(),
+        }
+
+    def invocation_states(self) -> dict[str, str]:
+        """``{invoke id: id of the state that invokes it}`` of the chart."""
+        if self._invocations is None:
+            self._invocations = {
+                inv.id: node.id for node in self.machine.nodes for inv in node.invoke
+            }
+        return self._invocations
+
+    def step_plugins(self) -> tuple[Any, ...]:
+        """Plugins every step attaches: dead-letter states, and the outbox when it is on.
+
+        Entering a state tagged ``dead-letter`` (a saga's ``compensationFailed``) writes a
+        dead letter to the app's ``xsm_dead_letter_store`` once the step committed.
+        """
+        if self._plugins is None:
+            from xsm_celery.patterns import DeadLetterPlugin
+
+            plugins: list[Any] = [DeadLetterPlugin(_buffer_dead_letter)]
+            outbox = self.stores().outbox
+            if self.outbox_topic and outbox is not None:
+                from xsm_celery.eda.outbox import OutboxPlugin
+
+                plugins.append(OutboxPlugin(outbox, self.outbox_topic))
+            self._plugins = tuple(plugins)
+        return self._plugins
+
+    def timer_payload(self, key: str, deadline: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """The task id and send spec of the message that fires one ``after`` timer."""
+        task_id = uuid()
+        message = Message(
+            task_id,
+            "timer",
+            type=str(deadline.get("event_type")),
+            payload={"state_id": str(deadline.get("state_id"))},
+            due_at=float(deadline["due_at_wall"]),
         )
-    options: dict[str, Any] = {}
-    if workflow.get("chain"):
-        options["chain"] = list(workflow["chain"])
-    if workflow.get("callbacks"):
-        options["link"] = list(workflow["callbacks"])
-    if workflow.get("errbacks"):
-        options["link_error"] = list(workflow["errbacks"])
-    return options
+        return task_id, self._spec(self.task.name, [key, message.to_dict()], {}, {},
+                                   self._routing())  # fmt: skip
+
+    def dispatch_payload(self, dispatch: Dispatch) -> dict[str, Any]:
+        """The send spec of a task step, with the callbacks that bring its result back."""
+        key = dispatch.key
+        done = Message(f"done:{dispatch.task_id}", "done", invoke=dispatch.invoke_id,
+                       dispatch=dispatch.task_id)  # fmt: skip
+        link = self.task.signature((key, done.to_dict()), **self._routing())
+        from xsm_celery.celery.service import FAILED_TASK
+
+        errback = self.app.signature(
+            FAILED_TASK, args=(self.name, key, dispatch.invoke_id, dispatch.task_id, self.queue)
+        )
+        options = {**dispatch.options, "link": [dict(link)], "link_error": [dict(errback)]}
+        headers = {WORKFLOW_HEADER: {"workflow": self.name, "key": key}}
+        return self._spec(dispatch.task_name, dispatch.args, dispatch.kwargs, headers, options)
+
+    @staticmethod
+    def _spec(task: str, args: list[Any], kwargs: dict[str, Any], headers: dict[str, Any],
+              options: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+        """The shape ``fire_due_timers`` publishes a timer row's payload with."""
+        return {"task": task, "args": args, "kwargs": kwargs, "headers": headers,
+                "retries": 0, "options": options}  # fmt: skip
+
+    def send_dispatch(self, dispatch: Dispatch) -> None:
+        """Send a task step (after its step committed)."""
+        self.send_payload(dispatch.task_id, self.dispatch_payload(dispatch))
+
+    def send_payload(self, task_id: str, payload: dict[str, Any], *, countdown: float | None = None
+                     ) -> None:  # fmt: skip
+        """Publish a send spec as ``fire_due_timers`` would, optionally after ``countdown``."""
+        options = dict(payload.get("options") or {})
+        if countdown:
+            options["countdown"] = countdown
+        name = str(payload["task"])
+        local = self.app.tasks.get(name)
+        send = local.apply_async if local is not None else partial(self.app.send_task, name)
+        send(
+            args=payload.get("args") or [],
+            kwargs=payload.get("kwargs") or {},
+            task_id=task_id,
+            headers=payload.get("headers") or {},
+            **options,
+        )
+
+    def write_dead_letter(self, key: str, record: Any) -> None:
+        """Store the dead letter of a dead-letter state the instance entered (after commit)."""
+        from dataclasses import replace
+
+        from xsm_celery.celery.stores import stores_for
+
+        named = replace(record, topic=f"workflow:{self.name}:{key}")
+        try:
+            stores_for(self.app).dead_letters().put(named)
+        except Exception:
+            logger.exception("dead-letter store failed; workflow %s[%s] record kept only in "
+                             "this log: %s", self.name, key, named.to_json())  # fmt: skip
+
+    def asyncapi(self, server: dict[str, Any] | None = None, **options: Any) -> dict[str, Any]:
+        """The AsyncAPI 3.0.0 document of this workflow: its events arrive on its Celery queue.
+
+        ``options`` are ``asyncapi_document``'s (``outbound_topic``, ``title``...); the
+        inbound channel is the step task's queue, bound as an AMQP queue.
+        """
+        from xsm_celery.eda.asyncapi import asyncapi_document
+
+        queue = self.queue or str(self.app.conf.task_default_queue or "celery")
+        options.setdefault("inbound_topic", queue)
+        options.setdefault("inbound_bindings",
+                           {"amqp": {"is": "queue", "queue": {"name": queue, "durable": True}}})
+        if self.outbox_topic:
+            options.setdefault("outbound_topic", self.outbox_topic)
+        return asyncapi_document(self.machine, server, **options)
+
+    def revoke(self, task_id: str) -> None:
+        """Revoke a task step whose state was left; best-effort (it may have run already)."""
+        try:
+            self.app.control.revoke(task_id)
+        except Exception as exc:
+            logger.info("workflow %s: could not revoke task %s: %s", self.name, task_id, exc)
+
+
+def _buffer_dead_letter(record: Any) -> None:
+    """The dead-letter plugin's sink: keep the record until the step commits."""
+    from xsm_celery.celery.workflow_step import current_step
+
+    step = current_step()
+    if step is None:
+        logger.error("dead letter outside a workflow step, not stored: %s", record.to_json())
+        return
+    step.dead_letters.append(record)
+
+
+def _check_json(value: Any, what: str) -> None:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidEventError(
+            f"the {what} cannot travel in a JSON task message: {exc}; send str, numbers, bool, "
+            "None, lists and dicts with str keys"
+        ) from exc
+
+
+def workflow_decorator(xsm_app: Any, options: dict[str, Any]) -> Callable[[Callable[[], Machine]],
+                                                                       Workflow]:  # fmt: skip
+    """``@xsm.workflow(store=...)`` over a function that returns the machine."""
+
+    def decorate(build: Callable[[], Machine]) -> Workflow:
+        options.setdefault("name", getattr(build, "__name__", None))
+        return Workflow(xsm_app, build(), **options)
+
+    return decorate

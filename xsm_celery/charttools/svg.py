@@ -10,7 +10,7 @@ plain, but it is deterministic and needs nothing beyond the standard library; th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from html import escape
 from typing import Any
 
@@ -20,21 +20,26 @@ __all__ = ["render_chart_svg"]
 
 
 def render_chart_svg(
-    chart: Mapping[str, Any], *, marked: str | None = None, title: str | None = None
+    chart: Mapping[str, Any],
+    *,
+    marked: str | Iterable[str] | None = None,
+    title: str | None = None,
 ) -> str:
     """Return an ``<svg>`` document drawing ``chart``.
 
     Args:
         chart: The chart dict (XState JSON: ``id``, ``initial``, ``states`` ...).
-        marked: Full dotted id of the state to highlight (``job.deadLettered``); a bare key
-            or a path without the machine id also matches.
+        marked: Full dotted id of the state to highlight (``job.deadLettered``), or several
+            (a workflow instance's active states); a bare key or a path without the machine
+            id also matches.
         title: Accessible title; defaults to the chart id.
     """
     root = build(chart)
     nodes = list(walk(root))
     layout(root)
     arrows = edges(nodes)
-    target = _find_marked(nodes, marked)
+    wanted = [marked] if isinstance(marked, str) or marked is None else list(marked)
+    targets = [found for m in wanted if (found := _find_marked(nodes, m)) is not None]
     label = title or f"Chart {root.key}"
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="xsm-chart" role="img" '
@@ -43,7 +48,7 @@ def render_chart_svg(
         f"<title>{escape(label)}</title>",
         _DEFS,
     ]
-    parts.extend(_draw_node(node, node is target) for node in nodes)
+    parts.extend(_draw_node(node, any(node is t for t in targets)) for node in nodes)
     parts.extend(_draw_initial(node) for node in nodes if node.children)
     parts.extend(_draw_edge(edge) for edge in arrows)
     parts.append("</svg>")

@@ -20,6 +20,7 @@ from django.utils.translation import gettext_lazy as _
 
 from xsm_celery.django import fleet_admin
 from xsm_celery.django._dead_letter_admin import DeadLetterRecordAdmin
+from xsm_celery.django._instance_admin import WorkflowInstanceAdmin
 from xsm_celery.django.models import (
     AuditEntry,
     DeadLetterRecord,
@@ -27,6 +28,7 @@ from xsm_celery.django.models import (
     InboxRecord,
     MachineSnapshot,
     OutboxMessage,
+    WorkflowInstance,
 )
 from xsm_celery.django.status_admin import register_status_page
 from xsm_celery.django.templatetags.xsm_celery_admin import epoch_age, pretty_json
@@ -38,10 +40,12 @@ __all__ = [
     "InboxRecordAdmin",
     "MachineSnapshotAdmin",
     "OutboxMessageAdmin",
+    "WorkflowInstanceAdmin",
 ]
 
 admin.site.register(DeadLetterRecord, DeadLetterRecordAdmin)
 fleet_admin.register(admin.site)
+admin.site.register(WorkflowInstance, WorkflowInstanceAdmin)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]

@@ -7,6 +7,8 @@ import datetime as dt
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from xsm_celery.django.workflow_models import WorkflowInstance, WorkflowTransition
+
 __all__ = [
     "AuditAction",
     "AuditEntry",
@@ -15,6 +17,8 @@ __all__ = [
     "InboxRecord",
     "MachineSnapshot",
     "OutboxMessage",
+    "WorkflowInstance",
+    "WorkflowTransition",
 ]
 
 

@@ -114,6 +114,16 @@ class SQLAlchemyInbox:
         """Store the receipt of ``(scope, key)``; the first fingerprint is kept."""
         t = inbox_table
         expires = expiry_time(ttl_s, self._clock())
+        if self._insert is not None:
+            row = {"scope": scope, "key": key, "fingerprint": "", "receipt": receipt,
+                   "expires_at": expires}  # fmt: skip
+            upsert = self._insert(t).values(**row).on_conflict_do_update(
+                index_elements=[t.c.scope, t.c.key],
+                set_={"receipt": receipt, "expires_at": expires},
+            )
+            with self.db.transaction() as conn, self.db.guard("inbox mark"):
+                conn.execute(upsert)
+            return
         with self.db.transaction() as conn, self.db.guard("inbox mark"):
             changed = conn.execute(
                 t.update()

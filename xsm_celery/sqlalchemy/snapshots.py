@@ -84,6 +84,9 @@ class SQLAlchemyDatabase:
         ``timeout`` bounds the wait for SQLite's write lock (``LockTimeoutError``).
         """
         conn = self.current
+        if conn is not None and getattr(self._local, "flat", False):
+            yield conn
+            return
         if conn is not None:
             with self.guard("savepoint"), conn.begin_nested():
                 yield conn
@@ -101,6 +104,20 @@ class SQLAlchemyDatabase:
             finally:
                 if timeout is not None and self.dialect == "sqlite":
                     _sqlite_busy_timeout(fresh, SQLITE_BUSY_TIMEOUT_S)
+
+    @contextlib.contextmanager
+    def flat(self) -> Iterator[None]:
+        """Inside the block, nested ``transaction()`` calls join the open one without savepoints.
+
+        For a caller that rolls the whole transaction back on any error (a workflow step under
+        ``lock``): a savepoint per write would only cost round trips.
+        """
+        previous = getattr(self._local, "flat", False)
+        self._local.flat = True
+        try:
+            yield
+        finally:
+            self._local.flat = previous
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Connection]:
@@ -138,9 +155,17 @@ class SQLAlchemyDatabase:
             ) from exc
 
     def create(self, table: sa.Table) -> None:
-        """Create ``table`` (and its indexes) unless it exists."""
+        """Create ``table`` (and its indexes) unless it exists.
+
+        Two processes opening a fresh database at once (a worker and the web process) both
+        see no table and both create it; the one that loses the race finds it there.
+        """
         with self.guard(f"creating {table.name}"):
-            table.create(self.engine, checkfirst=True)
+            try:
+                table.create(self.engine, checkfirst=True)
+            except sa.exc.SQLAlchemyError:
+                if not sa.inspect(self.engine).has_table(table.name):
+                    raise
 
 
 def _immediate_transactions(engine: Engine) -> None:
@@ -227,6 +252,16 @@ class SQLAlchemyStore:
         check_snapshot(key, snapshot, self.max_bytes)
         values = {"snapshot": snapshot, "machine_version": machine_version or ""}
         with self.db.transaction() as conn, self.db.guard("save"):
+            if expected_version:
+                # The common case in one round trip: the version is the one expected.
+                moved = conn.execute(
+                    snapshot_table.update()
+                    .where(snapshot_table.c.key == key,
+                           snapshot_table.c.version == expected_version)
+                    .values(**values, version=expected_version + 1, updated_at=time.time())
+                ).rowcount  # fmt: skip
+                if moved == 1:
+                    return expected_version + 1
             current = self._current_version(conn, key)
             if expected_version is not None and current != expected_version:
                 raise _conflict(key, current, expected_version)
@@ -292,10 +327,12 @@ class SQLAlchemyStore:
         with self.db.transaction(timeout=timeout) as conn:
             if self.db.dialect == "postgresql":
                 with self.db.guard(f"locking {key!r}"):
-                    conn.exec_driver_sql(f"SET LOCAL lock_timeout = {max(int(timeout * 1000), 1)}")
+                    # One round trip: set_config(..., true) is SET LOCAL, evaluated first.
                     conn.execute(
-                        sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": advisory_key(key)}
-                    )
+                        sa.text("SELECT set_config('lock_timeout', :t, true), "
+                                "pg_advisory_xact_lock(:k)"),
+                        {"t": f"{max(int(timeout * 1000), 1)}ms", "k": advisory_key(key)},
+                    )  # fmt: skip
             yield conn
 
     def transaction(self) -> contextlib.AbstractContextManager[Connection]:

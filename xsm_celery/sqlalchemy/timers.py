@@ -19,13 +19,14 @@ from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import URL, Engine
+from sqlalchemy.engine import URL, Connection, Engine
 
 from xsm_celery.errors import ConfigurationError, StoreError, StoreUnavailableError
 from xsm_celery.ids import new_id
 from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, DueTimer
 from xsm_celery.sqlalchemy.connect import make_engine, safe_url
 from xsm_celery.sqlalchemy.outages import is_outage
+from xsm_celery.sqlalchemy.snapshots import SQLAlchemyDatabase
 
 __all__ = [
     "MARKER_TABLE",
@@ -115,20 +116,47 @@ class SQLAlchemyTimerStore:
     """A ``TimerStore`` over a SQLAlchemy engine (tables created on first use).
 
     Args:
-        engine: An ``Engine`` or a URL (a SQLite file is created mode 0600).
+        engine: An ``Engine``, a URL (a SQLite file is created mode 0600), or the
+            ``SQLAlchemyDatabase`` of a ``SQLAlchemyStore``: then ``schedule`` and the
+            deletes write through the transaction the store's ``lock`` opened, so timer
+            rows commit or roll back with the snapshot that armed them.
         wall: The epoch-seconds clock used for lease expiry checks.
     """
 
-    def __init__(self, engine: Engine | str | URL, *, wall: Callable[[], float] = time.time):
-        self.engine = engine_for(engine)
+    def __init__(
+        self,
+        engine: Engine | str | URL | SQLAlchemyDatabase,
+        *,
+        wall: Callable[[], float] = time.time,
+    ):
+        if isinstance(engine, SQLAlchemyDatabase):
+            self._db: SQLAlchemyDatabase | None = engine
+            self.engine = engine.engine
+        else:
+            self._db = None
+            self.engine = engine_for(engine)
         self._wall = wall
         _create(self.engine, _timers)
+
+    def shares_transaction_with(self, store: Any) -> bool:
+        """Whether rows written here join ``store``'s transactions (same database object)."""
+        return self._db is not None and getattr(store, "db", None) is self._db
+
+    @contextmanager
+    def _writing(self) -> Iterator[Connection]:
+        """The shared transaction's connection when one is open, else a fresh transaction."""
+        current = self._db.current if self._db is not None else None
+        if current is not None:
+            yield current
+            return
+        with self.engine.begin() as conn:
+            yield conn
 
     def schedule(self, key: str, due_at_wall: float, payload: dict[str, Any]) -> str:
         """Store a timer for ``key`` due at ``due_at_wall`` (epoch s); return its id."""
         timer_id = new_id()
         row = {"id": timer_id, "key": key, "due_at": _finite("due_at_wall", due_at_wall)}
-        with _guard(self.engine, "schedule"), self.engine.begin() as conn:
+        with _guard(self.engine, "schedule"), self._writing() as conn:
             conn.execute(_timers.insert().values(**row, payload=payload))
         return timer_id
 
@@ -189,12 +217,12 @@ class SQLAlchemyTimerStore:
 
     def delete(self, timer_id: str) -> bool:
         """Remove one timer; return whether it existed."""
-        with _guard(self.engine, "delete"), self.engine.begin() as conn:
+        with _guard(self.engine, "delete"), self._writing() as conn:
             return bool(conn.execute(_timers.delete().where(_timers.c.id == timer_id)).rowcount)
 
     def delete_key(self, key: str) -> int:
         """Remove every timer of ``key``; return how many."""
-        with _guard(self.engine, "delete_key"), self.engine.begin() as conn:
+        with _guard(self.engine, "delete_key"), self._writing() as conn:
             return int(conn.execute(_timers.delete().where(_timers.c.key == key)).rowcount)
 
     def count(self) -> int:

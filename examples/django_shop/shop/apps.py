@@ -10,3 +10,7 @@ class ShopConfig(AppConfig):
 
     name = "shop"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        """Declare the order workflow in every process (web, worker, Beat)."""
+        from shop import workflows  # noqa: F401

@@ -78,5 +78,9 @@ XSM_CELERY = {
 
 #: Chance that a charge fails for no reason (a flaky payment gateway), 0..1.
 SHOP_FLAKY_RATE = float(os.environ.get("SHOP_FLAKY_RATE", "0.3"))
+#: Milliseconds the order workflow's charge step may take before the saga compensates.
+SHOP_PAYMENT_TIMEOUT_MS = int(os.environ.get("SHOP_PAYMENT_TIMEOUT_MS", "10000"))
+#: Folder of the order workflow's flag files (``payment_slow``, ``courier_down``).
+SHOP_FLAGS_DIR = Path(os.environ.get("SHOP_FLAGS_DIR", BASE_DIR))
 #: While this file exists the gateway is down and every charge fails.
 SHOP_GATEWAY_DOWN_FILE = Path(os.environ.get("SHOP_GATEWAY_DOWN_FILE", BASE_DIR / "gateway_down"))

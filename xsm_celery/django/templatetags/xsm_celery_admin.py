@@ -13,7 +13,7 @@ from xsm_celery.django._dates import to_datetime
 
 register = template.Library()
 
-__all__ = ["epoch_age", "pretty_json", "register"]
+__all__ = ["epoch_age", "epoch_date", "pretty_json", "register"]
 
 
 @register.filter
@@ -30,3 +30,18 @@ def epoch_age(value: float | None) -> str:
     if value > time.time():
         return "in the future"
     return timesince(to_datetime(value))
+
+
+@register.filter
+def epoch_date(value: float | None) -> str:
+    """An epoch-seconds time as a local date and time, with how far away it is."""
+    if value is None:
+        return ""
+    from django.utils.formats import date_format
+    from django.utils.timezone import localtime
+
+    when = date_format(localtime(to_datetime(value)), "DATETIME_FORMAT")
+    left = value - time.time()
+    if left > 0:
+        return f"{when} (in {timesince(to_datetime(time.time()), to_datetime(value))})"
+    return f"{when} ({timesince(to_datetime(value))} ago)"

@@ -1,0 +1,321 @@
+"""Workflow events/s on one solo worker next to the same change made by hand in a plain task.
+
+Redis broker, PostgreSQL store (a private schema, dropped afterwards). Two comparisons:
+
+* **events**: N ``INC`` events over K keys, each a workflow step (lock, inbox check, load,
+  send, save snapshot and inbox receipt in one transaction) against a plain Celery task that
+  does the same by hand: ``SELECT ... FOR UPDATE`` the row, change its JSON, commit. Both are
+  acknowledged late. Target: the workflow keeps at least 70% of the hand-written rate.
+* **three steps**: M orders of reserve -> charge -> ship, each step a Celery task on the same
+  worker, as a ``SagaBuilder`` saga run as a workflow (every result comes back as
+  ``done.invoke`` and is committed, compensations ready) against a Celery ``chain`` of the
+  same three tasks (no state kept between them).
+
+The worker times from the start of its first task to the last expected one and writes the
+figure to Redis. Run: ``python -m bench.bench_workflow`` (Redis on 127.0.0.1:6379 and
+PostgreSQL on 127.0.0.1:5432, or ``XSM_BENCH_REDIS`` / ``XSM_BENCH_POSTGRES``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import redis
+import sqlalchemy as sa
+from celery import Celery, chain
+from celery.signals import task_prerun, task_success
+
+from bench.timing import table
+from xsm_celery.celery import Xsm, celery_service
+from xsm_celery.engine import MachineLogic, create_machine
+from xsm_celery.hooks import Fact, FactKind, subscribe
+from xsm_celery.patterns import SagaBuilder
+
+REDIS = os.environ.get("XSM_BENCH_REDIS", "redis://127.0.0.1:6379/12")
+POSTGRES = os.environ.get("XSM_BENCH_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Events per run over this many keys; orders per three-step run; runs per scenario.
+EVENTS_N = 1500
+KEYS = 50
+ORDERS_N = 200
+ROUNDS = 3
+
+SCHEMA = os.environ.get("XSM_BENCH_SCHEMA", "public")
+STORE = f"{POSTGRES}?options={quote(f'-csearch_path={SCHEMA}')}"
+
+app = Celery("bench_workflow", broker=REDIS)
+app.conf.update(
+    task_ignore_result=True,
+    worker_prefetch_multiplier=4,
+    worker_hijack_root_logger=False,
+    broker_connection_retry_on_startup=True,
+    xsm_dead_letter_store="memory://bench",
+    xsm_timer_store="sqlite://",
+    xsm_workflow_store=STORE,
+    task_default_queue=os.environ.get("XSM_BENCH_QUEUE", "celery"),
+)
+xsm = Xsm(app)
+
+_engine: sa.Engine | None = None
+
+
+def engine() -> sa.Engine:
+    """The hand-written task's engine (made in the worker, after any fork)."""
+    global _engine
+    if _engine is None:
+        _engine = sa.create_engine(STORE, pool_pre_ping=True)
+    return _engine
+
+
+def _inc(interp: Any, ctx: dict[str, Any], event: Any, action: Any) -> None:
+    ctx["n"] += 1
+
+
+COUNTER_CHART = {
+    "id": "bench_counter",
+    "initial": "on",
+    "context": {"n": 0},
+    "states": {"on": {"on": {"INC": {"actions": "inc"}}}},
+}
+counter = xsm.workflow(
+    create_machine(COUNTER_CHART, logic=MachineLogic(actions={"inc": _inc})),
+    name="bench_counter",
+)
+
+
+@app.task(name="bench.hand_inc", acks_late=True)
+def hand_inc(key: str) -> None:
+    """The same change by hand: lock the row, change its JSON, commit."""
+    with engine().begin() as conn:
+        row = conn.execute(
+            sa.text("SELECT doc FROM bench_hand WHERE key = :k FOR UPDATE"), {"k": key}
+        ).first()
+        doc = json.loads(row[0])
+        doc["n"] += 1
+        conn.execute(
+            sa.text("UPDATE bench_hand SET doc = :d WHERE key = :k"),
+            {"d": json.dumps(doc), "k": key},
+        )
+
+
+@app.task(name="bench.reserve", acks_late=True)
+def reserve(order: str) -> str:
+    """Step one: reserve the stock."""
+    return order
+
+
+@app.task(name="bench.charge", acks_late=True)
+def charge(order: str) -> str:
+    """Step two: charge the card."""
+    return order
+
+
+@app.task(name="bench.ship", acks_late=True)
+def ship(order: str) -> str:
+    """Step three: ship the parcel."""
+    return order
+
+
+@app.task(name="bench.release", acks_late=True)
+def release(order: str) -> str:
+    """Compensation of step one (not reached: no step fails)."""
+    return order
+
+
+@app.task(name="bench.refund", acks_late=True)
+def refund(order: str) -> str:
+    """Compensation of step two (not reached)."""
+    return order
+
+
+def _order_arg(ctx: dict[str, Any], event: Any) -> list[Any]:
+    return [ctx["order"]]
+
+
+SAGA = (
+    SagaBuilder("bench_saga")
+    .step("reserve", invoke="reserve", compensate="release")
+    .step("charge", invoke="charge", compensate="refund")
+    .step("ship", invoke="ship")
+)
+STEPS = {"reserve": reserve, "charge": charge, "ship": ship, "release": release,
+         "refund": refund}  # fmt: skip
+orders = xsm.workflow(
+    create_machine(
+        SAGA.build(),
+        logic=SAGA.logic().merge(MachineLogic(
+            services={name: celery_service(task, args=_order_arg) for name, task in STEPS.items()}
+        )),
+    ),
+    name="bench_orders",
+)
+
+
+def _saga_done(fact: Fact) -> None:
+    """The saga's last step completed (the fact is emitted in that step, before its commit)."""
+    if fact.kind is FactKind.SAGA_STEP and fact.fields.get("step") == "ship" \
+            and fact.fields.get("outcome") == "completed":  # fmt: skip
+        _finished()
+
+
+subscribe(_saga_done)
+
+_done = {"n": 0, "t0": 0.0}
+
+
+@task_prerun.connect
+def _start(**_: Any) -> None:
+    """The clock starts when the first task starts (worker start-up is not counted)."""
+    if not _done["t0"]:
+        _done["t0"] = time.perf_counter()
+
+
+def _finished() -> None:
+    _done["n"] += 1
+    expect = int(os.environ.get("XSM_BENCH_EXPECT", "0"))
+    if _done["n"] == expect:
+        elapsed = time.perf_counter() - _done["t0"]
+        redis.Redis.from_url(REDIS).set(os.environ["XSM_BENCH_KEY"], f"{expect} {elapsed}")
+
+
+@task_success.connect
+def _count(sender: Any = None, **_: Any) -> None:
+    """Count the successes of the task the run waits for (``XSM_BENCH_TASK``)."""
+    if getattr(sender, "name", None) == os.environ.get("XSM_BENCH_TASK"):
+        _finished()
+
+
+def _drain(queue: str, expect: int, task_name: str) -> float:
+    """Drain ``queue`` with a solo worker until ``expect`` counted completions; seconds taken."""
+    key = f"bench-result-{uuid.uuid4().hex}"
+    env = {**os.environ, "XSM_BENCH_EXPECT": str(expect), "XSM_BENCH_KEY": key,
+           "XSM_BENCH_QUEUE": queue,
+           "XSM_BENCH_TASK": task_name, "PYTHONPATH": str(ROOT)}  # fmt: skip
+    args = [sys.executable, "-m", "celery", "-A", "bench.bench_workflow", "worker", "-P", "solo",
+            "-Q", queue, "-l", "ERROR", "--without-gossip", "--without-mingle",
+            "--without-heartbeat"]  # fmt: skip
+    client = redis.Redis.from_url(REDIS)
+    with tempfile.TemporaryDirectory() as cwd:
+        log = Path(cwd) / "worker.log"
+        with log.open("wb") as out:
+            worker = subprocess.Popen(args, cwd=cwd, env=env, stdout=out, stderr=out)
+            try:
+                deadline = time.monotonic() + 300
+                while client.get(key) is None:
+                    if time.monotonic() > deadline or worker.poll() is not None:
+                        tail = log.read_text(errors="replace")[-3000:]
+                        raise RuntimeError(f"the worker did not finish {task_name}:\n{tail}")
+                    time.sleep(0.05)
+            finally:
+                worker.terminate()
+                worker.wait(timeout=30)
+    count, elapsed = client.get(key).decode().split()  # type: ignore[union-attr]
+    client.delete(key, queue)
+    return float(elapsed) if int(count) == expect else float("nan")
+
+
+def run_events(kind: str) -> float:
+    """Events/s of ``kind`` (``workflow`` or ``hand``) over fresh keys on a fresh queue."""
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    run = uuid.uuid4().hex[:6]
+    keys = [f"{run}-{i}" for i in range(KEYS)]
+    if kind == "hand":
+        with engine().begin() as conn:
+            conn.execute(sa.text("INSERT INTO bench_hand (key, doc) VALUES (:k, :d)"),
+                         [{"k": k, "d": json.dumps({"n": 0})} for k in keys])  # fmt: skip
+    else:
+        for key in keys:
+            counter.start(key)
+    with app.connection_for_write() as conn:
+        for n in range(EVENTS_N):
+            key = keys[n % KEYS]
+            if kind == "hand":
+                hand_inc.apply_async((key,), queue=queue, connection=conn)
+            else:
+                message = {"id": f"{run}-e{n}", "kind": "event", "type": "INC"}
+                counter.task.apply_async((key, message), queue=queue, connection=conn)
+    name = hand_inc.name if kind == "hand" else counter.task.name
+    return EVENTS_N / _drain(queue, EVENTS_N, name)
+
+
+def run_orders(kind: str) -> float:
+    """Orders/s through three task steps, as a workflow or as a chain."""
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    run = uuid.uuid4().hex[:6]
+    app.conf.task_default_queue = queue
+    with app.connection_for_write() as conn:
+        for n in range(ORDERS_N):
+            order = f"{run}-{n}"
+            if kind == "chain":
+                chain(reserve.s(order), charge.s(), ship.s()).apply_async(queue=queue,
+                                                                         connection=conn)
+            else:
+                orders.task.apply_async(
+                    args=[order, {"id": order, "kind": "start", "payload": {"order": order}}],
+                    queue=queue, connection=conn,
+                )  # fmt: skip
+    expect_task = ship.name if kind == "chain" else "none"
+    return ORDERS_N / _drain(queue, ORDERS_N, expect_task)
+
+
+def _setup_schema() -> str:
+    schema = f"xsm_bench_{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(POSTGRES)
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
+        conn.exec_driver_sql(
+            f"CREATE TABLE {schema}.bench_hand (key VARCHAR(255) PRIMARY KEY, doc TEXT NOT NULL)"
+        )
+    admin.dispose()
+    return schema
+
+
+def _drop_schema(schema: str) -> None:
+    admin = sa.create_engine(POSTGRES)
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
+    admin.dispose()
+
+
+def main() -> None:
+    """Print both comparisons, best of ``ROUNDS`` runs with medians beside."""
+    if "XSM_BENCH_SCHEMA" not in os.environ:
+        schema = _setup_schema()
+        try:
+            env = {**os.environ, "XSM_BENCH_SCHEMA": schema, "PYTHONPATH": str(ROOT)}
+            subprocess.run([sys.executable, "-m", "bench.bench_workflow"], env=env, check=True)
+        finally:
+            _drop_schema(schema)
+        return
+    rows = []
+    for label, ours, peer, run, unit in (
+        (f"{EVENTS_N} events / {KEYS} keys", "workflow", "hand", run_events, "events/s"),
+        (f"{ORDERS_N} orders, 3 task steps", "workflow", "chain", run_orders, "orders/s"),
+    ):
+        peer_rates, our_rates = [], []
+        for _ in range(ROUNDS):
+            peer_rates.append(run(peer))
+            our_rates.append(run(ours))
+        p, o = max(peer_rates), max(our_rates)
+        pm, om = statistics.median(peer_rates), statistics.median(our_rates)
+        rows.append([label, f"{p:,.0f} {unit}", f"{o:,.0f} {unit}", f"{o / p:.0%}",
+                     f"{pm:,.0f} / {om:,.0f} ({om / pm:.0%})"])  # fmt: skip
+    headers = ["solo worker, Redis + PostgreSQL", "peer (by hand / chain)", "workflow",
+               "workflow/peer", "medians (ratio)"]  # fmt: skip
+    print(table(headers, rows))
+    print(f"\nbest of {ROUNDS} runs each; target >= 70% for events (the chain keeps no state)")
+
+
+if __name__ == "__main__":
+    main()
