@@ -29,6 +29,7 @@ app.conf.update(
     result_backend=os.environ.get("XSM_TEST_BACKEND", "redis://127.0.0.1:6379/14"),
     task_default_queue=os.environ.get("XSM_TEST_QUEUE", "xsm-fleet-tests"),
     broker_transport_options={"visibility_timeout": 120},
+    xsm_timer_countdown_max_s=60.0,
     broker_connection_retry_on_startup=True,
     worker_prefetch_multiplier=1,
     worker_hijack_root_logger=False,
