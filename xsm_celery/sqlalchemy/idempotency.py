@@ -16,11 +16,15 @@ from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, Engine
 
 from xsm_celery.patterns.idempotency import Claim, check_ttl
-from xsm_celery.sqlalchemy.snapshots import SQLAlchemyDatabase, SQLAlchemyStore
+from xsm_celery.sqlalchemy.snapshots import (
+    SQLAlchemyDatabase,
+    SQLAlchemyStore,
+    database_of,
+    upsert_insert,
+)
 
 __all__ = ["IDEMPOTENCY_TABLE", "SQLAlchemyIdempotencyStore"]
 
@@ -37,8 +41,6 @@ idempotency_table = sa.Table(
     sa.Column("result", sa.Text, nullable=True),
     sa.Column("expires_at", sa.Float, nullable=True, index=True),
 )
-
-_DIALECT_INSERTS: dict[str, Any] = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
 
 
 class SQLAlchemyIdempotencyStore:
@@ -58,14 +60,9 @@ class SQLAlchemyIdempotencyStore:
         clock: Callable[[], float] = time.time,
         create_table: bool = True,
     ) -> None:
-        if isinstance(store, SQLAlchemyStore):
-            self.db = store.db
-        elif isinstance(store, SQLAlchemyDatabase):
-            self.db = store
-        else:
-            self.db = SQLAlchemyDatabase(store)
+        self.db = database_of(store)
         self._clock = clock
-        self._insert = _DIALECT_INSERTS.get(self.db.dialect)
+        self._insert = upsert_insert(self.db)
         if create_table:
             self.db.create(idempotency_table)
 

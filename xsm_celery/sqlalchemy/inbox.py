@@ -11,12 +11,16 @@ import time
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, Engine
 
 from xsm_celery.persistence.inbox import expiry_time
 from xsm_celery.persistence.protocols import InboxEntry
-from xsm_celery.sqlalchemy.snapshots import SQLAlchemyDatabase, SQLAlchemyStore
+from xsm_celery.sqlalchemy.snapshots import (
+    SQLAlchemyDatabase,
+    SQLAlchemyStore,
+    database_of,
+    upsert_insert,
+)
 
 __all__ = ["INBOX_TABLE", "SQLAlchemyInbox"]
 
@@ -33,8 +37,6 @@ inbox_table = sa.Table(
     sa.Column("receipt", sa.Text, nullable=True),
     sa.Column("expires_at", sa.Float, nullable=True, index=True),
 )
-
-_DIALECT_INSERTS: dict[str, Any] = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
 
 
 class SQLAlchemyInbox:
@@ -54,14 +56,9 @@ class SQLAlchemyInbox:
         clock: Any = time.time,
         create_table: bool = True,
     ) -> None:
-        if isinstance(store, SQLAlchemyStore):
-            self.db = store.db
-        elif isinstance(store, SQLAlchemyDatabase):
-            self.db = store
-        else:
-            self.db = SQLAlchemyDatabase(store)
+        self.db = database_of(store)
         self._clock = clock
-        self._insert = _DIALECT_INSERTS.get(self.db.dialect)
+        self._insert = upsert_insert(self.db)
         if create_table:
             self.db.create(inbox_table)
 

@@ -19,7 +19,11 @@ from sqlalchemy.engine import URL, Connection, Engine
 from xsm_celery.eda import Envelope
 from xsm_celery.errors import ArgumentTypeError, ConfigurationError, StoreError
 from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, OutboxRecord
-from xsm_celery.sqlalchemy.snapshots import SQLAlchemyDatabase, SQLAlchemyStore
+from xsm_celery.sqlalchemy.snapshots import (
+    SQLAlchemyDatabase,
+    SQLAlchemyStore,
+    database_of,
+)
 
 __all__ = ["LEASE_COLUMNS", "OUTBOX_TABLE", "SQLAlchemyOutboxStore"]
 
@@ -81,12 +85,7 @@ class SQLAlchemyOutboxStore:
         clock: Callable[[], float] = time.time,
         create_table: bool = True,
     ) -> None:
-        if isinstance(store, SQLAlchemyStore):
-            self.db = store.db
-        elif isinstance(store, SQLAlchemyDatabase):
-            self.db = store
-        else:
-            self.db = SQLAlchemyDatabase(store)
+        self.db = database_of(store)
         self._clock = clock
         if create_table:
             self.db.create(outbox_table)

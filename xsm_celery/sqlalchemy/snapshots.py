@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import sqlalchemy as sa
+import sqlalchemy.dialects.postgresql
+import sqlalchemy.dialects.sqlite
 from sqlalchemy.engine import URL, Connection, Engine
 
 from xsm_celery.errors import (
@@ -30,7 +32,13 @@ from xsm_celery.persistence.protocols import StoredSnapshot
 from xsm_celery.sqlalchemy.connect import SQLITE_BUSY_TIMEOUT_S, make_engine, safe_url
 from xsm_celery.sqlalchemy.outages import is_outage
 
-__all__ = ["SNAPSHOT_TABLE", "SQLAlchemyDatabase", "SQLAlchemyStore"]
+__all__ = [
+    "SNAPSHOT_TABLE",
+    "SQLAlchemyDatabase",
+    "SQLAlchemyStore",
+    "database_of",
+    "upsert_insert",
+]
 
 #: Name of the table holding snapshots (the same shape as ``SQLiteStore``'s).
 SNAPSHOT_TABLE = "xsm_snapshots"
@@ -349,3 +357,30 @@ def _conflict(key: str, current: int, expected: int) -> ConflictError:
         f"snapshot {key!r} is at version {current}, expected {expected}; another writer "
         "saved first: reload and retry"
     )
+
+
+#: The dialects whose ``INSERT ... ON CONFLICT`` the companion stores use for upserts.
+_DIALECT_INSERTS: dict[str, Any] = {
+    "sqlite": sqlalchemy.dialects.sqlite.insert,
+    "postgresql": sqlalchemy.dialects.postgresql.insert,
+}
+
+
+def database_of(
+    store: SQLAlchemyStore | SQLAlchemyDatabase | Engine | str | URL,
+) -> SQLAlchemyDatabase:
+    """The database a companion store (outbox, inbox, idempotency keys) works in.
+
+    Given a ``SQLAlchemyStore`` it is the store's own database, so the companion's writes join
+    the snapshot's transaction; an ``Engine`` or a URL opens a database of its own.
+    """
+    if isinstance(store, SQLAlchemyStore):
+        return store.db
+    if isinstance(store, SQLAlchemyDatabase):
+        return store
+    return SQLAlchemyDatabase(store)
+
+
+def upsert_insert(db: SQLAlchemyDatabase) -> Any:
+    """The dialect's ``insert`` with ``on_conflict_do_update``, or None where it has none."""
+    return _DIALECT_INSERTS.get(db.dialect)
