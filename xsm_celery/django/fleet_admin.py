@@ -16,15 +16,16 @@ the admin index, the app index and the navigation sidebar (for the users who may
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, URLResolver, path, reverse
+from django.urls import reverse
 from django.utils.translation import gettext as _
 
+from xsm_celery.django.admin_pages import add_page, allowed
 from xsm_celery.errors import ConfigurationError, XsmError
 
 __all__ = ["URL_NAME", "fleet_view", "register"]
@@ -35,60 +36,23 @@ URL_NAME = "xsm_celery_fleet"
 _VIEW_PERMISSION = "xsm_celery.view_deadletterrecord"
 
 
-#: The label of the app whose index lists the page.
-_APP_LABEL = "xsm_celery"
-
-
 def register(site: Any) -> None:
-    """Add the fleet page to an ``AdminSite`` (before its catch-all app URLs) and its index.
+    """Add the fleet page to an ``AdminSite`` and list it among the app's models.
 
-    The page is not a model, so Django would not list it: the site's ``get_app_list``
-    gets a model-like entry in this app, which the index, the app index and the sidebar
-    render like any model row (a "view" link when read-only, "change" with the reset
-    permission).
+    Read-only users see a "view" link; users with the reset permission see "change".
     """
-    original = site.get_urls
-    original_app_list = site.get_app_list
-
-    def get_urls() -> list[URLPattern | URLResolver]:
-        page = path(
-            "xsm_celery/fleet/",
-            site.admin_view(lambda request: fleet_view(site, request)),
-            name=URL_NAME,
-        )
-        return [page, *original()]
-
-    def get_app_list(request: HttpRequest, app_label: str | None = None) -> list[dict[str, Any]]:
-        app_list: list[dict[str, Any]] = original_app_list(request, app_label)
-        if not _allowed(request, _VIEW_PERMISSION):
-            return app_list
-        for app in app_list:
-            if app.get("app_label") == _APP_LABEL:
-                app["models"].append(_index_entry(site, request))
-                app["models"].sort(key=lambda entry: str(entry["name"]))
-        return app_list
-
-    site.get_urls = get_urls
-    site.get_app_list = get_app_list
-
-
-def _index_entry(site: Any, request: HttpRequest) -> dict[str, Any]:
-    """The page as a row of the app's model list (the keys Django's templates read)."""
     from xsm_celery.django.conf import get_settings
 
-    may_reset = _allowed(request, get_settings().fleet_reset_permission)
-    return {
-        "name": _("Fleet breakers and limits"),
-        "object_name": "Fleet",
-        "perms": {"add": False, "change": may_reset, "delete": False, "view": True},
-        "admin_url": reverse(f"{site.name}:{URL_NAME}", current_app=site.name),
-        "add_url": None,
-        "view_only": not may_reset,
-    }
-
-
-def _allowed(request: HttpRequest, perm: str) -> bool:
-    return bool(cast(Any, request.user).has_perm(perm))
+    add_page(
+        site,
+        route="xsm_celery/fleet/",
+        url_name=URL_NAME,
+        view=lambda request: fleet_view(site, request),
+        title=lambda: _("Fleet breakers and limits"),
+        object_name="Fleet",
+        view_permission=_VIEW_PERMISSION,
+        change_permission=lambda: get_settings().fleet_reset_permission,
+    )
 
 
 def _fleet() -> tuple[Any, dict[str, Any]]:
@@ -108,9 +72,9 @@ def fleet_view(site: Any, request: HttpRequest) -> HttpResponse:
     """List the fleet keys; on POST (with the reset permission) reset one, audited."""
     from xsm_celery.django.conf import get_settings
 
-    if not _allowed(request, _VIEW_PERMISSION):
+    if not allowed(request, _VIEW_PERMISSION):
         raise PermissionDenied
-    may_reset = _allowed(request, get_settings().fleet_reset_permission)
+    may_reset = allowed(request, get_settings().fleet_reset_permission)
     if request.method == "POST":
         if not may_reset:
             raise PermissionDenied

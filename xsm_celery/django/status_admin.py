@@ -14,12 +14,15 @@ from typing import Any
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, URLResolver, path
 from django.utils.translation import gettext as _
 
+from xsm_celery.django.admin_pages import add_page, allowed
 from xsm_celery.metrics.figures import Figures, Sources, read_figures
 
-__all__ = ["STATUS_PERMISSION", "register_status_page", "status_sources", "status_view"]
+__all__ = ["STATUS_PERMISSION", "URL_NAME", "register_status_page", "status_sources", "status_view"]
+
+#: The URL name of the page, under the site's namespace (``admin:xsm_celery_status``).
+URL_NAME = "xsm_celery_status"
 
 #: Who may see the page.
 STATUS_PERMISSION = "xsm_celery.view_deadletterrecord"
@@ -58,7 +61,7 @@ def _rows(figures: Figures) -> list[tuple[str, int, int]]:
 
 def status_view(request: HttpRequest, site: Any) -> HttpResponse:
     """Render the status page for ``site``."""
-    if not getattr(request.user, "has_perm", lambda _perm: False)(STATUS_PERMISSION):
+    if not allowed(request, STATUS_PERMISSION):
         raise PermissionDenied
     ask = request.GET.get("workers") == "1"
     figures = read_figures(status_sources(ask_workers=ask))
@@ -73,11 +76,13 @@ def status_view(request: HttpRequest, site: Any) -> HttpResponse:
 
 
 def register_status_page(site: Any) -> None:
-    """Add the status page to ``site``'s URLs (``<admin>/xsm_celery/status/``)."""
-    original = site.get_urls
-
-    def get_urls() -> list[URLPattern | URLResolver]:
-        view = site.admin_view(lambda request: status_view(request, site))
-        return [path("xsm_celery/status/", view, name="xsm_celery_status"), *original()]
-
-    site.get_urls = get_urls
+    """Serve the status page at ``<admin>/xsm_celery/status/`` and list it in the app."""
+    add_page(
+        site,
+        route="xsm_celery/status/",
+        url_name=URL_NAME,
+        view=lambda request: status_view(request, site),
+        title=lambda: _("Status"),
+        object_name="Status",
+        view_permission=STATUS_PERMISSION,
+    )
