@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -36,8 +37,10 @@ def check_run(done: subprocess.CompletedProcess[str], data: Path) -> None:
     out = done.stdout
     for text in ("retry in", "succeeded (quote", "worker process was killed",
                  "dead letters (4)", "replayed: sent xsm_demo.fetch_quote", "A-1004 (replay)",
-                 "audit: xsm-demo replay (upstream fixed)"):
+                 "audit: xsm-demo replay (upstream fixed)", "O-2001  PAY 42.5 sent",
+                 "O-2001  charging -> paid", "O-2002  awaiting_payment -> expired"):
         assert text in out, text
+    assert re.search(r"O-2001\W+paid\W+done\W+42\.5\W+R-4250", out), out[-2000:]
     store = SQLAlchemyDeadLetterStore(f"sqlite:///{data / 'dead_letters.db'}",
                                       create_table=False)
     records = store.list(include_resolved=True)

@@ -77,4 +77,5 @@ def test_a_user_without_the_permission_sees_no_link(
     page = log_in(chromium_browser, admin_server, "wim")
     assert page.get_by_role("link", name="Status").count() == 0
     answer = page.goto(f"{admin_server}/admin/xsm_celery/status/")
-    assert answer is not None and answer.status == 403
+    assert answer is not None
+    assert answer.status == 403

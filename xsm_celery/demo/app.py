@@ -1,4 +1,4 @@
-"""The demo's Celery project: one chart task that calls a flaky upstream.
+"""The demo's Celery project: a chart task that calls a flaky upstream, and an order workflow.
 
 This is what a user's project looks like: a Celery app, ``xsm_dead_letter_store`` pointing
 at a SQLite file, and a task with ``base=ChartTask``, a ``RetryPolicy`` and ``give_up_on``.
@@ -20,11 +20,14 @@ from celery import Celery, signals
 
 from xsm_celery.celery import HEADER, ChartTask
 from xsm_celery.demo.broker import TRANSPORT
+from xsm_celery.demo.orders import make_orders
 from xsm_celery.demo.progress import ProgressLog
 from xsm_celery.demo.upstream import FlakyUpstream, MalformedQuote
 from xsm_celery.patterns import RetryPolicy
 
-__all__ = ["POLICY", "QUEUE", "TASK_NAME", "app", "data_dir", "fetch_quote", "make_app"]
+__all__ = [
+    "POLICY", "QUEUE", "TASK_NAME", "app", "data_dir", "fetch_quote", "make_app", "orders",
+]
 
 #: The demo's task, by name.
 TASK_NAME = "xsm_demo.fetch_quote"
@@ -51,6 +54,7 @@ def make_app(data: Path, broker_url: str | None = None) -> Celery:
     app.conf.update(
         xsm_dead_letter_store=f"sqlite:///{data / 'dead_letters.db'}",
         xsm_timer_store=f"sqlite:///{data / 'timers.db'}",
+        xsm_workflow_store=f"sqlite:///{data / 'workflows.db'}",
         task_default_queue=QUEUE,
         task_serializer="json",
         accept_content=["json"],
@@ -66,6 +70,7 @@ def make_app(data: Path, broker_url: str | None = None) -> Celery:
 
 
 app = make_app(data_dir(), os.environ.get("XSM_BROKER_URL") or None)
+orders = make_orders(app)
 
 _per_process: dict[str, Any] = {}
 

@@ -38,7 +38,7 @@ SCENARIOS: tuple[tuple[str, str, int, str], ...] = (
 REPLAYED_ORDER = "A-1004"
 
 #: Files of an earlier run that a new run removes (and nothing else in the folder).
-_OUR_FILES = ("broker", "dead_letters", "timers", "progress", "upstream")
+_OUR_FILES = ("broker", "dead_letters", "timers", "progress", "upstream", "workflows")
 
 #: Seconds allowed for the worker to start, and for a batch of tasks to end.
 WORKER_START_S = 60.0
@@ -70,6 +70,7 @@ class Demo:
     def __init__(self, console: Console, data: Path) -> None:
         from xsm_celery.celery.stores import stores_for
         from xsm_celery.demo.app import app
+        from xsm_celery.demo.app import orders as app_orders
         from xsm_celery.demo.progress import ProgressLog
         from xsm_celery.demo.upstream import FlakyUpstream
         from xsm_celery.demo.worker import WorkerProcess
@@ -85,6 +86,7 @@ class Demo:
         stores = stores_for(app)
         self.store = stores.dead_letters()
         stores.timers(), stores.markers()
+        app_orders.stores()
         self.seen = 0
         self.worker = WorkerProcess(data)
 
@@ -113,7 +115,9 @@ class Demo:
         if not self._follow(board, "quote requests"):
             return 1
         self._show_dead_letters()
-        return self._replay()
+        if self._replay() != 0:
+            return 1
+        return self._orders()
 
     def stop(self) -> None:
         """Stop the worker (warm shutdown)."""
@@ -171,6 +175,17 @@ class Demo:
             return 1
         self._summary(record.id)
         return 0 if all(row.status == "succeeded" for row in board.rows.values()) else 1
+
+    def _orders(self) -> int:
+        from xsm_celery.demo.app import orders
+        from xsm_celery.demo.workflow_part import follow_orders
+
+        self.console.print()
+        if not follow_orders(self.console, orders, TASKS_S):
+            self.console.print(self.worker.log_tail(), markup=False)
+            return 1
+        self.console.print(f"\ndone in {time.monotonic() - self.started:.1f} s.")
+        return 0
 
     def _summary(self, record_id: str) -> None:
         entry = self.store.audit_log(record_id)[-1]
