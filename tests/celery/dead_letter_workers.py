@@ -8,6 +8,8 @@ schema that is dropped afterwards.
 from __future__ import annotations
 
 import contextlib
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -64,3 +66,12 @@ def finished(result: AsyncResult, timeout: float = 30) -> str:
     """Wait until the task is in a ready state; return the state."""
     return str(wait_for(lambda: result.state if result.ready() else None, timeout,
                         f"task {result.id} to finish", every=0.1))  # fmt: skip
+
+
+def dlq_cli(cluster: Cluster, store_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``xsm-celery dlq --app <the worker's app> --dlq <its store> ...`` as an operator."""
+    script = Path(sys.executable).parent / "xsm-celery"
+    command = [str(script), "dlq", "--app", f"{APP}:app", "--dlq", store_url, *args]
+    env = {k: v for k, v in cluster.env().items() if k != "XSM_DLQ"}
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=cluster.workdir,
+                          timeout=60, check=False)  # fmt: skip
