@@ -101,4 +101,3 @@ def test_a_chord_member_replay_is_refused_with_what_would_be_lost(
     assert after.resolved_at is None
     assert int(results_redis.get(killapp.calls_key(tag)) or 0) == 2
     assert recorded(results_redis, tag) == []
-
