@@ -52,6 +52,7 @@ def test_a_kill_during_the_dead_letter_write_leaves_one_record_with_the_real_err
     results_redis.set(killapp.plan_key(task_id), point, ex=600)
     result = send(cluster, "always_fails", tag, task_id=task_id)
     assert finished(result) == "FAILURE"
+    assert type(result.result).__name__ == "TaskGaveUp", result.result
     assert results_redis.get(killapp.killed_key(task_id)) == point.encode(), cluster.log("dlk")
     assert int(results_redis.get(killapp.calls_key(tag)) or 0) == 2
     records = records_of(store_url, task_id)
