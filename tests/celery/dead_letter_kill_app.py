@@ -60,6 +60,13 @@ def recorded_key(tag: str) -> str:
     return f"xsm-test:dl-kill:recorded:{tag}"
 
 
+def _count(tag: str) -> int:
+    """One more call under ``tag``; the counter expires with the test's other keys."""
+    calls = int(_redis.incr(calls_key(tag)))
+    _redis.expire(calls_key(tag), 600)
+    return calls
+
+
 def _kill_if_planned(task_id: str | None, point: str) -> None:
     """SIGKILL this process if a test planned it at ``point`` for ``task_id`` (once)."""
     if task_id is None:
@@ -143,13 +150,13 @@ _POLICY = RetryPolicy(max_attempts=2, base_ms=20, jitter="none")
 @xsm.task(name="dl_kill.always_fails", shared=False, retry_policy=_POLICY)
 def always_fails(tag: str) -> None:
     """Fail on every call, so the second failure gives up and writes the dead letter."""
-    raise ConnectionError(f"upstream refused call {int(_redis.incr(calls_key(tag)))}")
+    raise ConnectionError(f"upstream refused call {_count(tag)}")
 
 
 @xsm.task(name="dl_kill.flaky", shared=False, retry_policy=_POLICY)
 def flaky(tag: str, amount: int) -> dict[str, Any]:
     """Fail while ``down_key(tag)`` exists, else return the doubled amount."""
-    _redis.incr(calls_key(tag))
+    _count(tag)
     if _redis.exists(down_key(tag)):
         raise ConnectionError(f"ledger for {tag} is down")
     return {"tag": tag, "doubled": amount * 2}
