@@ -11,6 +11,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -377,3 +378,33 @@ def test_the_decorator_form_names_the_workflow_after_the_function(app: Celery) -
     assert isinstance(subscriptions, Workflow)
     assert subscriptions.task.name == "xsm.workflow.subscriptions"
     assert subscriptions.start("s-1").value == "created"
+
+
+def test_a_step_dead_letter_waits_in_the_spool_while_the_store_is_down(
+    eager: Celery, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The give-up with the store down keeps the record on disk; the next write flushes it."""
+    from xsm_celery.celery.spool import DeadLetterSpool
+    from xsm_celery.celery.stores import stores_for
+    from xsm_celery.errors import StoreUnavailableError
+    from xsm_celery.patterns import RetryPolicy
+
+    eager.conf.xsm_dead_letter_spool = str(tmp_path / "spool")
+    orders = _workflow(eager, "memory://", retry_policy=RetryPolicy(max_attempts=1, base_ms=1))
+    store = stores_for(eager).dead_letters()
+    real_put = store.put
+
+    def down(record: Any) -> None:
+        raise StoreUnavailableError("dead-letter store is down")
+
+    monkeypatch.setattr(store, "put", down)
+    assert orders.send("o-30", "BOOM").failed()
+    spool = DeadLetterSpool(tmp_path / "spool")
+    [spooled_id] = list(spool.ids())
+    assert store.list() == []
+    monkeypatch.setattr(store, "put", real_put)
+    assert orders.send("o-31", "BOOM").failed()
+    assert list(spool.ids()) == []
+    letters = {letter.id: letter for letter in store.list()}
+    assert spooled_id in letters
+    assert {letter.task_args[0] for letter in letters.values()} == {"o-30", "o-31"}

@@ -152,6 +152,34 @@ def test_a_worker_killed_mid_step_applies_the_event_once(
     assert int(started.get(counter) or 0) == 2
 
 
+def test_a_step_that_kills_its_worker_every_time_is_dead_lettered(
+    cluster: Cluster, producer: Celery
+) -> None:
+    """Each lost run counts as a failure; the policy's two attempts end in one dead letter."""
+    from xsm_celery.sqlalchemy import open_dead_letter_store
+
+    orders = _workflows(producer)["orders"]
+    client = redis_lib.Redis.from_url(cluster.backend)
+    crashes = f"xsm-test:wf-crash:{cluster.extra_env['XSM_TEST_TAG']}"
+    client.delete(crashes)
+    cluster.start_worker("crash")
+    key = f"crash-{uuid.uuid4().hex[:6]}"
+    orders.send(key, "CRASH")
+    store = open_dead_letter_store(cluster.dlq_url)
+    [record] = wait_for(
+        lambda: [r for r in store.list(limit=200) if r.task_args and r.task_args[0] == key],
+        90, "the crashing step's dead letter",
+    )  # fmt: skip
+    assert record.reason == "worker_lost"
+    assert record.attempts == 2
+    assert [e["type"] for e in record.errors] == ["WorkerLost", "WorkerLost"]
+    assert record.event == {"type": "CRASH", "payload": {}}
+    time.sleep(2.0)
+    assert int(client.get(crashes) or 0) == 2
+    assert orders.get(key) is None
+    assert len([r for r in store.list(limit=200) if r.task_args and r.task_args[0] == key]) == 1
+
+
 def test_a_short_timer_fires_as_a_countdown_with_no_process_holding_it(
     cluster: Cluster, producer: Celery
 ) -> None:

@@ -23,6 +23,7 @@ ORDER_CHART: dict[str, Any] = {
                 "NOTE": {"actions": "count"},
                 "BOOM": {"actions": "explode"},
                 "SLOW": {"actions": "slow"},
+                "CRASH": {"actions": "crash"},
             },
             "after": {"payment_timeout": "expired"},
         },
@@ -73,12 +74,14 @@ def order_machine(
     charge_task: Any,
     timeout_ms: float = 60_000,
     chart_id: str = "order",
+    *,
     slow: Any = None,
     explode: Any = None,
+    crash: Any = None,
 ) -> Machine:
     """The order chart with ``charge_task`` as its ``charge`` step.
 
-    ``slow`` and ``explode`` replace the actions of SLOW and BOOM.
+    ``slow``, ``explode`` and ``crash`` replace the actions of SLOW, BOOM and CRASH.
     """
     chart = copy.deepcopy(ORDER_CHART)
     chart["id"] = chart_id
@@ -92,6 +95,7 @@ def order_machine(
                 "keep_receipt": keep_receipt,
                 "keep_error": keep_error,
                 "slow": slow or count,
+                "crash": crash or count,
             },
             services={
                 "charge": celery_service(

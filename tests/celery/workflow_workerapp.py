@@ -8,6 +8,7 @@ the slow action counts its starts, so the test sees a step that ran but never co
 from __future__ import annotations
 
 import os
+import signal
 import time
 from typing import Any
 
@@ -68,6 +69,17 @@ def explode(interp: Any, ctx: dict[str, Any], event: Any, action: Any) -> None:
     ctx["events"] += 1
 
 
+def crashes_key() -> str:
+    """Redis counter of the crashing action's starts."""
+    return f"xsm-test:wf-crash:{TAG}"
+
+
+def crash(interp: Any, ctx: dict[str, Any], event: Any, action: Any) -> None:
+    """Kill this pool process, as a native crash or the OOM killer would, every time."""
+    _redis.incr(crashes_key())
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 @app.task(name="wf_tests.charge", acks_late=True)
 def charge(amount: int) -> dict[str, int]:
     """The payment step: a negative amount is declined."""
@@ -77,8 +89,10 @@ def charge(amount: int) -> dict[str, int]:
 
 
 policy = RetryPolicy(max_attempts=2, base_ms=50)
-orders = xsm.workflow(order_machine(charge, slow=slow, explode=explode), name="orders",
-                      retry_policy=policy)
+orders = xsm.workflow(
+    order_machine(charge, slow=slow, explode=explode, crash=crash), name="orders",
+    retry_policy=policy,
+)
 short = xsm.workflow(order_machine(charge, timeout_ms=1_500), name="short")
 long = xsm.workflow(order_machine(charge, timeout_ms=4_000), name="long")
 

@@ -22,9 +22,11 @@ import logging
 import random
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from xsm_celery.celery.spool import DeadLetterSpool, dead_letter_id
 from xsm_celery.celery.stores import stores_for
+from xsm_celery.celery.workflow_lost import LOST_KWARG, RUNS_KWARG, count_lost_runs, mark_run
 from xsm_celery.celery.workflow_step import Message, StepOutcome, run_step
 from xsm_celery.engine import DEFAULT_REDACT_KEYS, redact
 from xsm_celery.errors import (
@@ -33,6 +35,8 @@ from xsm_celery.errors import (
     SnapshotError,
     StoreError,
     StoreUnavailableError,
+    TimeLimitKilled,
+    WorkerLost,
     WorkflowStepError,
 )
 from xsm_celery.hooks import FactKind, emit
@@ -85,6 +89,14 @@ def run_step_task(workflow: Workflow, task: Any, args: Sequence[Any], kwargs: di
         _dead_letter(workflow, task, args, None, "", errors=[*errors, _entry("message", exc)],
                      attempts=failures + 1, reason=DeadLetterReason.CORRUPT)  # fmt: skip
         raise
+    lost = count_lost_runs(workflow, task, key, message, kwargs)
+    if lost.new:
+        errors.extend(_entry("worker", error, message) for error in lost.new)
+        carried = {"failures": failures, "errors": errors, LOST_KWARG: lost.total,
+                   RUNS_KWARG: lost.runs}  # fmt: skip
+        _give_up_or_retry(workflow, task, args, key=key, message=message, cause=lost.new[-1],
+                          carried=carried)
+    run = mark_run(workflow, task, lost)
     try:
         outcome = run_step(workflow, key, message)
     except _UNCOUNTED as exc:
@@ -94,27 +106,49 @@ def run_step_task(workflow: Workflow, task: Any, args: Sequence[Any], kwargs: di
              error=type(exc).__name__)  # fmt: skip
         logger.info("workflow %s[%s]: %s; step retried in %.2f s", workflow.name, key,
                     type(exc).__name__, countdown)  # fmt: skip
-        raise task.retry(args=list(args), kwargs=dict(kwargs), countdown=countdown,
-                         max_retries=None, exc=exc) from exc  # fmt: skip
+        raise task.retry(args=list(args), kwargs={**kwargs, RUNS_KWARG: run},
+                         countdown=countdown, max_retries=None, exc=exc) from exc  # fmt: skip
     except (WorkflowStepError, SnapshotError, StoreError) as exc:
         cause = exc.__cause__ if isinstance(exc, WorkflowStepError) and exc.__cause__ else exc
         errors.append(_entry("action" if cause is not exc else "step", cause, message))
-        failures += 1
-        policy = workflow.retry_policy
-        if failures < policy.max_attempts and policy.should_retry(cause):
-            countdown = policy.delay_ms(failures) / 1000.0
-            emit(FactKind.WORKFLOW_STEP_FAILED, workflow=workflow.name, outcome="retry",
-                 error=type(cause).__name__)  # fmt: skip
-            raise task.retry(args=list(args), kwargs={"failures": failures, "errors": errors},
-                             countdown=countdown, max_retries=None, exc=exc) from exc  # fmt: skip
-        reason = (DeadLetterReason.TASK_EXHAUSTED if policy.should_retry(cause)
-                  else DeadLetterReason.NON_RETRYABLE)  # fmt: skip
-        _dead_letter(workflow, task, args, message, key, errors=errors, attempts=failures,
-                     reason=reason)  # fmt: skip
-        emit(FactKind.WORKFLOW_STEP_FAILED, workflow=workflow.name, outcome="dead_letter",
-             error=type(cause).__name__)  # fmt: skip
-        raise
+        carried = {"failures": failures + 1, "errors": errors, LOST_KWARG: lost.total,
+                   RUNS_KWARG: run}  # fmt: skip
+        _give_up_or_retry(workflow, task, args, key=key, message=message, cause=cause,
+                          carried=carried, raised=exc)
     return _result(outcome)
+
+
+def _give_up_or_retry(
+    workflow: Workflow, task: Any, args: Sequence[Any], *, key: str, message: Message,
+    cause: BaseException, carried: dict[str, Any], raised: BaseException | None = None,
+) -> NoReturn:  # fmt: skip
+    """Retry the step by the policy (failures and lost runs both count), or dead-letter it.
+
+    ``raised`` is what the step raised (``cause`` is the action's error inside it); a lost
+    run raised nothing, so ``cause`` ends the task when the policy gives up.
+    """
+    policy = workflow.retry_policy
+    counted = int(carried["failures"]) + int(carried[LOST_KWARG])
+    error = raised if raised is not None else cause
+    if counted < policy.max_attempts and policy.should_retry(cause):
+        countdown = policy.delay_ms(counted) / 1000.0
+        emit(FactKind.WORKFLOW_STEP_FAILED, workflow=workflow.name, outcome="retry",
+             error=type(cause).__name__)  # fmt: skip
+        raise task.retry(args=list(args), kwargs=carried, countdown=countdown, max_retries=None,
+                         exc=error) from error  # fmt: skip
+    if isinstance(cause, TimeLimitKilled):
+        reason = DeadLetterReason.TIME_LIMIT
+    elif isinstance(cause, WorkerLost):
+        reason = DeadLetterReason.WORKER_LOST
+    elif policy.should_retry(cause):
+        reason = DeadLetterReason.TASK_EXHAUSTED
+    else:
+        reason = DeadLetterReason.NON_RETRYABLE
+    _dead_letter(workflow, task, args, message, key, errors=list(carried["errors"]),
+                 attempts=counted, reason=reason)  # fmt: skip
+    emit(FactKind.WORKFLOW_STEP_FAILED, workflow=workflow.name, outcome="dead_letter",
+         error=type(cause).__name__)  # fmt: skip
+    raise error
 
 
 def _result(outcome: StepOutcome) -> dict[str, Any]:
@@ -136,7 +170,11 @@ def _dead_letter(
     workflow: Workflow, task: Any, args: Sequence[Any], message: Message | None, key: str, *,
     errors: list[dict[str, str]], attempts: int, reason: DeadLetterReason,
 ) -> None:  # fmt: skip
-    """Write the step's dead letter; a store outage logs the whole record instead."""
+    """Write the step's dead letter through the spool: a store outage keeps it on local disk.
+
+    Its id is one per task run (``dead_letter_id``), so a worker killed during the write
+    leaves one record, not two.
+    """
     keys = DEFAULT_REDACT_KEYS + tuple(stores_for(workflow.app).settings.redact_keys)
     snapshot: dict[str, Any] = {}
     state_id = ""
@@ -152,6 +190,7 @@ def _dead_letter(
     event = {"type": message.type or message.kind, "payload": dict(message.payload)} if message \
         else {"type": "", "payload": {}}  # fmt: skip
     letter = DeadLetter(
+        id=dead_letter_id(str(task.request.id), attempts),
         machine_id=str(machine.id),
         state_id=state_id,
         event=redact(event, keys),
@@ -168,8 +207,15 @@ def _dead_letter(
         task_kwargs={},
         hostname=getattr(task.request, "hostname", None),
     )
+    spool = DeadLetterSpool(stores_for(workflow.app).settings.dead_letter_spool)
+    spool.keep(letter)
     try:
-        stores_for(workflow.app).dead_letters().put(letter)
+        store = stores_for(workflow.app).dead_letters()
+        spool.write_through(store, letter)
     except Exception:
-        logger.exception("dead-letter store failed; workflow %s[%s] record kept only in this "
-                         "log: %s", workflow.name, key, letter.to_json())  # fmt: skip
+        logger.warning("dead-letter store failed; the dead letter %s of workflow %s[%s] is kept "
+                       "in the spool %s and written when the store is back", letter.id,
+                       workflow.name, key, spool.directory, exc_info=True)  # fmt: skip
+        emit(FactKind.DEAD_LETTER_SPOOLED, task=str(task.name), reason=letter.reason)
+        return
+    spool.flush(store)

@@ -69,4 +69,5 @@ def make_orders(app: Celery) -> Workflow:
             delays={"payment_timeout": PAYMENT_TIMEOUT_MS},
         ),
     )
-    return Xsm(app).workflow(machine, name="orders")
+    orders: Workflow = Xsm(app).workflow(machine, name="orders")
+    return orders
