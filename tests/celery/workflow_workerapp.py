@@ -103,8 +103,10 @@ def runs_key(task: str) -> str:
 
 
 def _ran(task: str, order: dict[str, Any]) -> None:
-    _redis.incr(runs_key(task))
+    # The order first: a test that waits for the counter then kills the worker must find
+    # the run in the order list too.
     _redis.rpush(f"xsm-test:wf-saga:{TAG}:order", task)
+    _redis.incr(runs_key(task))
 
 
 @app.task(name="wf_tests.reserve_stock", acks_late=True, reject_on_worker_lost=True)
