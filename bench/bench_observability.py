@@ -17,26 +17,21 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-import uuid
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import redis
 from celery import Celery
 from celery.signals import task_prerun, task_success
 
+from bench.solo_worker import drain
 from bench.timing import per_call_us, table
 from xsm_celery import hooks
 from xsm_celery.celery import ChartTask
 from xsm_celery.patterns import RetryPolicy
 
 REDIS = os.environ.get("XSM_BENCH_REDIS", "redis://127.0.0.1:6379/12")
-ROOT = Path(__file__).resolve().parent.parent
 
 #: Tasks per batch, and cycles (each runs every mode once, in a rotating order).
 BATCH = 100
@@ -154,34 +149,14 @@ def _after(**_: Any) -> None:
 def _run() -> dict[str, Any]:
     """Fill a fresh queue, drain it with one solo worker, return its batch times."""
     total = BATCH * len(MODES) * CYCLES
-    queue, key = f"bench-{uuid.uuid4().hex[:8]}", f"bench-result-{uuid.uuid4().hex}"
-    producer = Celery("bench_producer", broker=REDIS)
-    with producer.connection_for_write() as conn:
+
+    def fill(producer: Celery, conn: Any, queue: str) -> None:
         for _ in range(total):
             producer.send_task(obs_noop.name, queue=queue, connection=conn)
-    env = {**os.environ, "XSM_BENCH_KEY": key, "PYTHONPATH": str(ROOT)}
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    args = [sys.executable, "-m", "celery", "-A", "bench.bench_observability", "worker",
-            "-P", "solo", "-Q", queue, "-l", "ERROR", "--without-gossip", "--without-mingle",
-            "--without-heartbeat"]  # fmt: skip
-    client = redis.Redis.from_url(REDIS)
-    with tempfile.TemporaryDirectory() as cwd:
-        log = Path(cwd) / "worker.log"
-        with log.open("wb") as out:
-            worker = subprocess.Popen(args, cwd=cwd, env=env, stdout=out, stderr=out)
-            try:
-                deadline = time.monotonic() + 600
-                while client.get(key) is None:
-                    if time.monotonic() > deadline or worker.poll() is not None:
-                        tail = log.read_text(errors="replace")[-2000:]
-                        raise RuntimeError(f"the worker did not finish:\n{tail}")
-                    time.sleep(0.1)
-            finally:
-                worker.terminate()
-                worker.wait(timeout=30)
-    result: dict[str, Any] = json.loads(client.get(key))  # type: ignore[arg-type]
-    client.delete(key, queue)
-    producer.close()
+
+    raw = drain("bench.bench_observability", REDIS, fill, drop_env=("PROMETHEUS_MULTIPROC_DIR",),
+                timeout_s=600, what=obs_noop.name)  # fmt: skip
+    result: dict[str, Any] = json.loads(raw)
     return result
 
 
