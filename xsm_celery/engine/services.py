@@ -94,7 +94,9 @@ def stop_child(core: Core, actor_id: str) -> bool:
 def start_invocation(core: Core, inv: InvokeDef, node: StateNode) -> None:
     """Start one invocation (or spawned child) owned by ``node``."""
     impl = inv.impl
-    given = inv.input(_args(core)) if callable(inv.input) else inv.input
+    given = inv.input
+    if given is not None and callable(given):
+        given = given(_args(core))
     event = Event(f"invoke.{inv.id}", {"input": {} if given is None else given})
     if core._plugins:
         dispatch(core, core._plugins, "on_service_start", (inv,))
