@@ -244,20 +244,21 @@ def paired_us(
 ) -> tuple[float, float, float]:
     """Median us per call of each, and the median of their run-by-run ratios.
 
-    The runs alternate (ours, base, ours, base, ...), so a burst of load on the shared
+    The runs alternate (ours, base, base, ours, ...), so a burst of load on the shared
     machine lands on both sides of a pair instead of on one engine's whole measurement, and
     they count this process's CPU time: time spent descheduled while other jobs hold both
     cores would otherwise swamp a 5% budget.
     """
     ratios, ours_us, base_us = [], [], []
-    for _ in range(repeat):
-        pair = []
-        for fn in (ours, base):
+    for index in range(repeat):
+        pair: dict[int, float] = {}
+        # Which side goes first alternates too, so neither always runs on a warmer cache.
+        for side, fn in ((0, ours), (1, base)) if index % 2 == 0 else ((1, base), (0, ours)):
             gc.collect()
             start = time.process_time()
             for _ in range(number):
                 fn()
-            pair.append((time.process_time() - start) / number * 1e6)
+            pair[side] = (time.process_time() - start) / number * 1e6
         ours_us.append(pair[0])
         base_us.append(pair[1])
         ratios.append(pair[0] / pair[1])
