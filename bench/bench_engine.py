@@ -14,16 +14,40 @@ feature) ``transitions``, in one process and one run:
   the child so it finishes, leave (history recorded), come back through the history state (a
   new child starts), stop.
 
+A second table compares toggle and retry loop with the engine as it was before issue 13
+(commit ``fda6ad9``, extracted with ``git archive`` into a temporary directory and imported
+under another top-level name), timed in this same process, alternating run by run so both
+see the same machine load. The budget is ``<= 1.05x``: the features issue 13 added (history,
+children, built-ins, descriptors, context models) cost a chart that does not use them at most
+5%. Without git or the commit (an installed tarball) that table says the baseline is
+unavailable.
+
 Run: ``python -m bench.bench_engine``.
 """
 
 from __future__ import annotations
 
+import gc
+import importlib
 import logging
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from bench.timing import per_call_us, table
+
+#: The engine before issue 13 (its fork point): the baseline of the speed budget.
+BASELINE_COMMIT = "fda6ad9"
+BASELINE_PACKAGE = "xsm_celery_fda6ad9"
+BUDGET = 1.05
+ROOT = Path(__file__).resolve().parent.parent
 
 TOGGLE = {
     "id": "toggle",
@@ -112,8 +136,8 @@ def _retry_logic(logic_cls: Any) -> Any:
     )
 
 
-def _engine(module: Any) -> dict[str, Callable[[], object]]:
-    """The four timed callables for one engine module (xsm_celery or xstate_statemachine)."""
+def _budget_workloads(module: Any) -> dict[str, Callable[[], object]]:
+    """Toggle and retry loop: the two workloads the speed budget is about."""
     toggle = module.SyncInterpreter(module.create_machine(TOGGLE)).start()
     retry_machine = module.create_machine(RETRY, logic=_retry_logic(module.MachineLogic))
 
@@ -123,6 +147,13 @@ def _engine(module: Any) -> dict[str, Callable[[], object]]:
         for _ in range(FAILURES):
             clock.increment(10_000)
         assert interp.status == "done", interp.status
+
+    return {"toggle send()": lambda: toggle.send("T"), "retry loop": retry_loop}
+
+
+def _engine(module: Any) -> dict[str, Callable[[], object]]:
+    """The timed callables for one engine module (xsm_celery or xstate_statemachine)."""
+    retry_machine = module.create_machine(RETRY, logic=_retry_logic(module.MachineLogic))
 
     child = module.create_machine(CHILD)
     parent = module.create_machine(
@@ -142,8 +173,7 @@ def _engine(module: Any) -> dict[str, Callable[[], object]]:
     saved = resting.get_snapshot()
 
     return {
-        "toggle send()": lambda: toggle.send("T"),
-        "retry loop": retry_loop,
+        **_budget_workloads(module),
         "history + child": history_child,
         "get_snapshot()": resting.get_snapshot,
         "from_snapshot()": lambda: module.SyncInterpreter.from_snapshot(
@@ -179,8 +209,81 @@ NUMBERS = {"toggle send()": 20_000, "retry loop": 500, "history + child": 500,
            "get_snapshot()": 5_000, "from_snapshot()": 5_000}  # fmt: skip
 
 
+_IMPORT = re.compile(r"^(\s*(?:from|import)\s+)xsm_celery\b", re.MULTILINE)
+
+
+def _baseline(tmp: Path) -> ModuleType | str:
+    """The pre-issue package imported as ``BASELINE_PACKAGE``, or why it is unavailable.
+
+    Its absolute ``xsm_celery`` imports are renamed so it loads beside the current package
+    without touching ``sys.modules["xsm_celery"]``; both then run in one process.
+    """
+    try:
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", BASELINE_COMMIT, "xsm_celery"],
+            capture_output=True, check=True, timeout=60,
+        )  # fmt: skip
+        subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive.stdout, check=True)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"git archive {BASELINE_COMMIT} failed ({type(exc).__name__})"
+    package = tmp / BASELINE_PACKAGE
+    (tmp / "xsm_celery").rename(package)
+    for source in package.rglob("*.py"):
+        source.write_text(_IMPORT.sub(rf"\1{BASELINE_PACKAGE}", source.read_text()))
+    sys.path.insert(0, str(tmp))
+    try:
+        return importlib.import_module(BASELINE_PACKAGE)
+    except ImportError as exc:
+        return f"{BASELINE_PACKAGE} did not import ({exc})"
+    finally:
+        sys.path.remove(str(tmp))
+
+
+def paired_us(
+    ours: Callable[[], object], base: Callable[[], object], *, number: int, repeat: int = 21
+) -> tuple[float, float, float]:
+    """Median us per call of each, and the median of their run-by-run ratios.
+
+    The runs alternate (ours, base, base, ours, ...), so a burst of load on the shared
+    machine lands on both sides of a pair instead of on one engine's whole measurement, and
+    they count this process's CPU time: time spent descheduled while other jobs hold both
+    cores would otherwise swamp a 5% budget.
+    """
+    ratios, ours_us, base_us = [], [], []
+    for index in range(repeat):
+        pair: dict[int, float] = {}
+        # Which side goes first alternates too, so neither always runs on a warmer cache.
+        for side, fn in ((0, ours), (1, base)) if index % 2 == 0 else ((1, base), (0, ours)):
+            gc.collect()
+            start = time.process_time()
+            for _ in range(number):
+                fn()
+            pair[side] = (time.process_time() - start) / number * 1e6
+        ours_us.append(pair[0])
+        base_us.append(pair[1])
+        ratios.append(pair[0] / pair[1])
+    return statistics.median(ours_us), statistics.median(base_us), statistics.median(ratios)
+
+
+def baseline_table(ours: dict[str, Callable[[], object]]) -> str:
+    """The budget table: toggle and retry loop against the engine before issue 13."""
+    with tempfile.TemporaryDirectory(prefix="xsm-baseline-") as tmp:
+        base = _baseline(Path(tmp))
+        if isinstance(base, str):
+            return f"pre-issue-13 baseline ({BASELINE_COMMIT}) unavailable: {base}"
+        workloads = _budget_workloads(base)
+        rows = []
+        for workload, fn in workloads.items():
+            us, base_us, ratio = paired_us(ours[workload], fn, number=NUMBERS[workload])
+            verdict = "ok" if ratio <= BUDGET else "OVER"
+            rows.append([workload, f"{us:.2f}", f"{base_us:.2f}", f"{ratio:.3f}x",
+                         f"<= {BUDGET:.2f}x {verdict}"])  # fmt: skip
+    headers = ["workload", "CPU us/op", f"{BASELINE_COMMIT} CPU us/op", "ours / baseline", "budget"]
+    return table(headers, rows)
+
+
 def main() -> None:
-    """Print one table: microseconds per operation and the ratio to xsm_celery."""
+    """Print the peer table (us per operation, ratio to xsm_celery), then the budget table."""
     logging.disable(logging.CRITICAL)
     import xsm_celery
 
@@ -203,6 +306,8 @@ def main() -> None:
             us = ours if name == "xsm_celery" else per_call_us(fns[workload], number=number)
             rows.append([workload, name, f"{us:.2f}", f"{us / ours:.2f}x"])
     print(table(["workload", "engine", "us/op", "vs xsm_celery"], rows))
+    print()
+    print(baseline_table(engines["xsm_celery"]))
 
 
 if __name__ == "__main__":

@@ -49,6 +49,31 @@ def test_context_callable_gives_each_interpreter_a_fresh_dict_from_its_input() -
     assert first.input == {"start": 10}
 
 
+@pytest.mark.parametrize(
+    "context",
+    [{"count": 0, "name": "n", "ratio": 0.5, "on": True, "none": None}, {"count": 0, "seen": []}],
+    ids=["flat scalars", "nested list"],
+)
+def test_a_dict_context_is_copied_per_interpreter(context: dict[str, Any]) -> None:
+    """Each interpreter gets its own copy of the chart's context, flat or nested.
+
+    A flat dict of scalars is copied shallowly (the fast path), anything else deeply; either
+    way one interpreter's changes reach neither another interpreter nor the machine.
+    """
+    machine = create_machine(counter(context), logic=LOGIC)
+    first = Interp(machine).start()
+    second = Interp(machine).start()
+    first.send("ADD", by=2)
+    if "seen" in context:
+        first.context["seen"].append("x")
+        assert second.context["seen"] == []
+        assert machine.initial_context["seen"] == []
+    assert first.context["count"] == 2
+    assert second.context["count"] == 0
+    assert machine.initial_context == context
+    assert first.context is not second.context
+
+
 def _with_input(machine: Any, value: Any) -> Any:
     """An interpreter of the current driver created with ``input=value``."""
     if Interp.is_async:

@@ -74,6 +74,25 @@ _INIT = "xstate.init"
 CoreT = TypeVar("CoreT", bound="Core")
 
 
+#: Types whose values ``copy.deepcopy`` returns as they are.
+_ATOMIC = frozenset({str, int, float, bool, type(None)})
+
+
+def _fresh_copy(context: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of a chart's context; a flat dict of scalars is copied shallowly.
+
+    That is the common JSON context (``{"attempt": 0}``), and ``copy.deepcopy`` of it was a
+    third of the instructions creating an interpreter takes (the retry loop creates one per
+    job); a shallow copy of it is a deep copy, since every value is immutable.
+    """
+    if type(context) is dict:
+        for key, value in context.items():
+            if type(key) is not str or type(value) not in _ATOMIC:
+                return copy.deepcopy(context)
+        return context.copy()
+    return copy.deepcopy(context)
+
+
 def initial_context(machine: Machine, input: Any) -> dict[str, Any]:
     """A fresh context for one interpreter: the chart's (copied), or its factory's result.
 
@@ -82,7 +101,7 @@ def initial_context(machine: Machine, input: Any) -> dict[str, Any]:
     """
     factory = machine.context_factory
     if factory is None:
-        return copy.deepcopy(machine.initial_context)
+        return _fresh_copy(machine.initial_context)
     made = factory({"input": input})
     if not isinstance(made, dict):
         raise ArgumentTypeError(

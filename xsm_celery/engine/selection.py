@@ -58,12 +58,12 @@ def select_transitions(core: Core, event: Event) -> Selected:
             if not leaf.has_wildcards:
                 return None
             candidates = candidates_for(leaf, event.type)
-        if not candidates:
-            return None
         for trans in candidates:
             if trans.guard is None or evaluate_guard(trans.guard, core._context, event, core):
                 return (trans,)
-        return DENIED
+        # Tested after the loop, off the path of an event that is taken: no candidates
+        # (an unmatched wildcard leaf caches an empty tuple) is unhandled, not denied.
+        return DENIED if candidates else None
     return _select_many(core, [_candidates(leaf, event.type) for leaf in leaves], event)
 
 

@@ -90,6 +90,7 @@ def arm_timers(core: Core, node: StateNode, event: Event) -> BaseException | Non
     """Start the ``after`` timers of a state just entered; the first delay error, if any."""
     now = core.clock.now()
     error: BaseException | None = None
+    armed = core._timers_by_state.get(node)
     for after in node.after:
         delay = after.delay_ms
         if delay is None:
@@ -102,7 +103,14 @@ def arm_timers(core: Core, node: StateNode, event: Event) -> BaseException | Non
                 )  # fmt: skip
                 error = error or exc
                 continue
-        push_timer(core, Timer(now + delay, node, after, delay))
+        # push_timer inlined: a state's timers are armed on every entry (the retry loop's
+        # hot path), and they are never delayed events, so its branch is known here.
+        timer = Timer(now + delay, node, after, delay)
+        heapq.heappush(core._timer_heap, (timer.due, next(core._timer_seq), timer))
+        if armed is None:
+            armed = core._timers_by_state[node] = []
+        armed.append(timer)
+    core._timers_armed()
     return error
 
 
