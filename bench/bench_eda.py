@@ -254,9 +254,22 @@ def _ratio(value: float | None, base: float) -> str:
     return "n/a" if value is None else f"{value / base:.2f}x"
 
 
-def _best(measure: Callable[[], float | None]) -> float | None:
-    rates = [measure() for _ in range(REPEAT)]
-    return None if None in rates else max(r for r in rates if r is not None)
+def _best_interleaved(
+    measures: dict[str, Callable[[], float | None]],
+) -> dict[str, float | None]:
+    """Each measure's best rate over ``REPEAT`` rounds, every round running all of them.
+
+    A measure and its baseline run next to each other in every round, so a neighbour's
+    burst of load slows both instead of only the one that happened to run during it.
+    """
+    rates: dict[str, list[float | None]] = {name: [] for name in measures}
+    for _ in range(REPEAT):
+        for name, measure in measures.items():
+            rates[name].append(measure())
+    return {
+        name: None if None in got else max(r for r in got if r is not None)
+        for name, got in rates.items()
+    }
 
 
 def main() -> int:
@@ -265,15 +278,22 @@ def main() -> int:
     few = envs[:CONSUME]
     folder = Path(tempfile.mkdtemp(prefix="xsm-bench-eda-"))
     _purge()
-    publish = _best(lambda: raw_publish(envs)) or 1.0
-    publish_batched = _best(lambda: raw_batched_publish(envs)) or 1.0
-    single = _best(lambda: our_relay(folder, envs, batched=False))
-    batched = _best(lambda: our_relay(folder, envs, batched=True))
-    peer = _best(lambda: peer_relay(folder, envs)) or 1.0
-    consume = _best(lambda: raw_consume(few)) or 1.0
-    memory = _best(lambda: dispatcher_rate(few, memory_dispatcher))
-    sqlite = _best(lambda: dispatcher_rate(few, sqlite_dispatcher(folder)))
+    best = _best_interleaved(
+        {
+            "publish": lambda: raw_publish(envs),
+            "single": lambda: our_relay(folder, envs, batched=False),
+            "publish_batched": lambda: raw_batched_publish(envs),
+            "batched": lambda: our_relay(folder, envs, batched=True),
+            "peer": lambda: peer_relay(folder, envs),
+            "consume": lambda: raw_consume(few),
+            "memory": lambda: dispatcher_rate(few, memory_dispatcher),
+            "sqlite": lambda: dispatcher_rate(few, sqlite_dispatcher(folder)),
+        }
+    )
     _purge()
+    publish, publish_batched = best["publish"] or 1.0, best["publish_batched"] or 1.0
+    single, batched, peer = best["single"], best["batched"], best["peer"] or 1.0
+    consume, memory, sqlite = best["consume"] or 1.0, best["memory"], best["sqlite"]
     rows = [
         ["raw kombu publish", _rate(publish), "1.00x raw publish", "baseline"],
         ["relay, one publish per row", _rate(single), _ratio(single, publish), ">= 0.95x"],

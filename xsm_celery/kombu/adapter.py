@@ -149,7 +149,7 @@ class KombuBrokerAdapter:
             EnvelopeError: the envelope is over ``max_bytes`` or not JSON.
         """
         body = envelope.to_json(max_bytes=self.max_bytes)
-        queue = self.partitioning.publish_queue(topic, envelope.subject)
+        queue = self._route(topic, envelope)
         self._with_producer(topic, lambda producer: self._send(producer, queue, body))
 
     def publish_many(self, topic: str, envelopes: Iterable[Envelope]) -> None:
@@ -159,10 +159,8 @@ class KombuBrokerAdapter:
         On a failure the whole call raises and may have published part of the batch:
         a caller that retries it publishes duplicates, which consumers' inboxes absorb.
         """
-        route = self.partitioning.publish_queue
-        routed = [
-            (route(topic, env.subject), env.to_json(max_bytes=self.max_bytes)) for env in envelopes
-        ]
+        route, cap = self._route, self.max_bytes
+        routed = [(route(topic, env), env.to_json(max_bytes=cap)) for env in envelopes]
         if not routed:
             return
 
@@ -256,6 +254,15 @@ class KombuBrokerAdapter:
         with self._pub_lock:
             self._pub_conn.release()
             self._producer = None
+
+    def _route(self, topic: str, envelope: Envelope) -> str:
+        """The queue ``envelope`` goes to; with one partition its subject is never read.
+
+        An outbox row's envelope is parsed on its first attribute read, so a relay on one
+        partition publishes the stored text without decoding it.
+        """
+        subject = envelope.subject if self.partitioning.partitions > 1 else None
+        return self.partitioning.publish_queue(topic, subject)
 
     def _queue(self, name: str) -> Queue:
         return declare_queue(
