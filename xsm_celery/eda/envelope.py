@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from xsm_celery.errors import ConfigurationError, EnvelopeCorruptError, EnvelopeTooLargeError
 from xsm_celery.hooks import FactKind, emit
@@ -216,6 +216,9 @@ class Envelope:
     machineid: str | None = None
     machineversion: str | None = None
     extensions: Mapping[str, Any] = field(default_factory=dict)
+    #: The JSON text a ``from_trusted_json`` envelope was made from, re-sent as it is. Set
+    #: as an attribute, not through ``__dict__``, so no dict is built per outbox row.
+    _wire: ClassVar[str | None] = None
 
     def __post_init__(self) -> None:
         if self.id == "":
@@ -342,7 +345,7 @@ class Envelope:
 
     def to_json(self, *, max_bytes: int = DEFAULT_MAX_ENVELOPE_BYTES) -> str:
         """Return the compact structured-mode JSON text, at most ``max_bytes`` long."""
-        text: str | None = self.__dict__.get("_wire")
+        text = self._wire
         if text is None:
             try:
                 text = json.dumps(self.to_dict(), separators=(",", ":"), allow_nan=False)
@@ -389,7 +392,7 @@ class Envelope:
         a broker or a request: that is what ``from_json`` is for.
         """
         env = object.__new__(cls)
-        vars(env)["_wire"] = text
+        object.__setattr__(env, "_wire", text)
         return env
 
     if not TYPE_CHECKING:  # mypy would otherwise accept any attribute name on an Envelope
@@ -401,7 +404,7 @@ class Envelope:
             ``_DEFAULTS``), and ``__init__`` sets every field.
             """
             state = self.__dict__
-            text = state.get("_wire")
+            text = self._wire
             if text is None or name not in _FIELD_NAMES or name in state:
                 raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
             raw = json.loads(text)
