@@ -342,6 +342,30 @@ def test_trusted_json_equals_the_validated_decode() -> None:
     assert trusted.with_attempt(2).to_json() != text
 
 
+def test_trusted_json_is_parsed_on_the_first_attribute_read() -> None:
+    """A stored envelope re-sends its text unparsed, and decodes fully on the first read."""
+    env = Envelope.new(
+        type="order.paid", subject="o-1", data={"total": 5}, extensions={"tenant": "t"}
+    )
+    trusted = Envelope.from_trusted_json(env.to_json())
+    assert trusted.to_json() == env.to_json()
+    assert set(vars(trusted)) == {"_wire"}
+    assert trusted.subject == "o-1"
+    assert (trusted.type, trusted.data) == ("order.paid", {"total": 5})
+    assert trusted.extensions == {"tenant": "t"}
+    assert trusted.source == "xsm"
+    assert trusted.attempt == 0
+    with pytest.raises(AttributeError):
+        trusted.no_such_attribute  # the read itself is what is tested
+
+
+def test_trusted_json_fills_in_the_defaults_an_old_row_left_out() -> None:
+    """A row written without the optional attributes reads them as their defaults."""
+    trusted = Envelope.from_trusted_json('{"type":"t","id":"i-1","specversion":"1.0"}')
+    assert trusted == Envelope(type="t", id="i-1", datacontenttype="application/json")
+    assert Envelope(type="t").source == "xsm"
+
+
 def test_trusted_json_still_checks_the_size_cap() -> None:
     """A cached text over the cap is refused like any other."""
     text = Envelope.new(type="t", data={"b": "x" * 500}).to_json()

@@ -11,7 +11,7 @@ from kombu import Connection, Producer
 from tests.kombu.private_redis import PrivateRedis
 from xsm_celery.eda import Envelope, new_id
 from xsm_celery.errors import BrokerPublishError, EnvelopeTooLargeError
-from xsm_celery.kombu import KombuBrokerAdapter
+from xsm_celery.kombu import KombuBrokerAdapter, partition_of
 from xsm_celery.kombu.wire import ANONYMOUS, CONTENT_TYPE
 from xsm_celery.patterns.dead_letter import MemoryDeadLetterStore
 
@@ -68,6 +68,25 @@ def test_each_partition_consumer_gets_only_its_subjects(url: str, topic: str) ->
     for subject in {e.subject for e in sent}:
         mine = [e.data["n"] for e in a + b if e.subject == subject]
         assert mine == sorted(mine)
+
+
+def test_stored_envelopes_are_routed_by_their_subject(url: str, topic: str) -> None:
+    """An outbox row's envelope, parsed only when read, still goes to its subject's partition."""
+    sent = [Envelope.new(type="t", subject=f"o-{n % 10}", data={"n": n}) for n in range(20)]
+    stored = [Envelope.from_trusted_json(env.to_json()) for env in sent]
+    with KombuBrokerAdapter(url, partitions=4) as producer:
+        producer.publish_many(topic, stored[:10])
+        for env in stored[10:]:
+            producer.publish(topic, env)
+    ours = {s for s in {e.subject for e in sent} if partition_of(s, 4) in (0, 1)}
+    with KombuBrokerAdapter(url, partitions=4, consume=[0, 1]) as left:
+        got = _drain(left, topic)
+    assert ours
+    assert {e.subject for e in got} == ours
+    for subject in ours:
+        assert [e.id for e in got if e.subject == subject] == [
+            e.id for e in sent if e.subject == subject
+        ]
 
 
 def test_publish_many_keeps_order_and_checks_every_envelope_first(url: str, topic: str) -> None:

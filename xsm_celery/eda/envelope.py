@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from xsm_celery.errors import ConfigurationError, EnvelopeCorruptError, EnvelopeTooLargeError
 from xsm_celery.hooks import FactKind, emit
@@ -216,6 +216,9 @@ class Envelope:
     machineid: str | None = None
     machineversion: str | None = None
     extensions: Mapping[str, Any] = field(default_factory=dict)
+    #: The JSON text a ``from_trusted_json`` envelope was made from, re-sent as it is. Set
+    #: as an attribute, not through ``__dict__``, so no dict is built per outbox row.
+    _wire: ClassVar[str | None] = None
 
     def __post_init__(self) -> None:
         if self.id == "":
@@ -342,7 +345,7 @@ class Envelope:
 
     def to_json(self, *, max_bytes: int = DEFAULT_MAX_ENVELOPE_BYTES) -> str:
         """Return the compact structured-mode JSON text, at most ``max_bytes`` long."""
-        text: str | None = self.__dict__.get("_wire")
+        text = self._wire
         if text is None:
             try:
                 text = json.dumps(self.to_dict(), separators=(",", ":"), allow_nan=False)
@@ -379,20 +382,36 @@ class Envelope:
 
     @classmethod
     def from_trusted_json(cls, text: str) -> Envelope:
-        """Decode JSON this library wrote after validating it, such as an outbox row.
+        """Wrap JSON this library wrote after validating it, such as an outbox row.
 
         Nothing is checked again (the row was validated when it was added, and the file
         is the library's own), and ``to_json`` returns ``text`` as it is, so a relay
-        neither re-validates nor re-encodes what it publishes. Never use it on input from
+        neither re-validates nor re-encodes what it publishes. The text is parsed only
+        when an attribute is first read: a relay publishing to one partition reads none,
+        and the parse was a fifth of a batched relay's time. Never use it on input from
         a broker or a request: that is what ``from_json`` is for.
         """
-        raw = json.loads(text)
         env = object.__new__(cls)
-        state = {name: raw.pop(name, default) for name, default in _DEFAULTS}
-        state["extensions"] = raw
-        state["_wire"] = text
-        vars(env).update(state)
+        object.__setattr__(env, "_wire", text)
         return env
+
+    if not TYPE_CHECKING:  # mypy would otherwise accept any attribute name on an Envelope
+
+        def __getattr__(self, name: str) -> Any:
+            """Decode a ``from_trusted_json`` envelope on the first read of an attribute.
+
+            Only such an envelope lacks its attributes: the class keeps no defaults (see
+            ``_DEFAULTS``), and ``__init__`` sets every field.
+            """
+            state = self.__dict__
+            text = self._wire
+            if text is None or name not in _FIELD_NAMES or name in state:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            raw = json.loads(text)
+            decoded = {key: raw.pop(key, default) for key, default in _DEFAULTS}
+            decoded["extensions"] = raw
+            state.update(decoded)
+            return state[name]
 
     @classmethod
     def from_json(
@@ -418,12 +437,19 @@ class Envelope:
         return cls.from_dict(raw)
 
 
-#: Each attribute and its default, in field order: what ``from_trusted_json`` fills in.
+#: Each attribute and its default, in field order: what a ``from_trusted_json`` envelope
+#: fills in when first read.
 _DEFAULTS: tuple[tuple[str, Any], ...] = tuple(
     (item.name, None if item.default is MISSING else item.default)
     for item in fields(Envelope)
     if item.name != "extensions"
 )
+_FIELD_NAMES = frozenset(item.name for item in fields(Envelope))
+# The dataclass left each default on the class too, where a lazy envelope's attribute read
+# would find it instead of reaching ``__getattr__``; ``__init__`` and ``fields()`` keep their
+# own copies, so the class ones only hide the decode.
+for _name in _FIELD_NAMES & set(vars(Envelope)):
+    delattr(Envelope, _name)
 
 
 def _encoded_size(text: object, max_bytes: int) -> int:

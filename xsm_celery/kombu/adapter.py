@@ -108,6 +108,7 @@ class KombuBrokerAdapter:
             consume_options.setdefault("polling_interval", _REDIS_BRPOP_S)
         self._sub_conn: Connection = base.clone(transport_options=consume_options)
         self.partitioning = Partitioning(partitions, consume)
+        self._partitioned = self.partitioning.partitions > 1
         self.prefetch = positive_int("prefetch", prefetch)
         self.batch_size = positive_int("batch_size", batch_size)
         self.retries = int(retries)
@@ -149,7 +150,7 @@ class KombuBrokerAdapter:
             EnvelopeError: the envelope is over ``max_bytes`` or not JSON.
         """
         body = envelope.to_json(max_bytes=self.max_bytes)
-        queue = self.partitioning.publish_queue(topic, envelope.subject)
+        queue = self._route(topic, envelope)
         self._with_producer(topic, lambda producer: self._send(producer, queue, body))
 
     def publish_many(self, topic: str, envelopes: Iterable[Envelope]) -> None:
@@ -159,18 +160,21 @@ class KombuBrokerAdapter:
         On a failure the whole call raises and may have published part of the batch:
         a caller that retries it publishes duplicates, which consumers' inboxes absorb.
         """
-        route = self.partitioning.publish_queue
-        routed = [
-            (route(topic, env.subject), env.to_json(max_bytes=self.max_bytes)) for env in envelopes
-        ]
-        if not routed:
+        listed = list(envelopes)
+        cap = self.max_bytes
+        bodies = [env.to_json(max_bytes=cap) for env in listed]
+        if not bodies:
             return
+        # Plain strings, not (queue, body) pairs: a relay's batch lives through the whole
+        # publish, and every tracked object it holds that long is work for the GC.
+        queues = [self._route(topic, env) for env in listed] if self._partitioned else None
 
         def send_all(producer: Producer) -> None:
             batch: Any = producer.batch  # type: ignore[attr-defined]  # kombu >= 5.7
+            send, single = self._send, self.partitioning.publish_queue(topic, None)
             with batch(max_size=self.batch_size):
-                for queue, body in routed:
-                    self._send(producer, queue, body)
+                for index, body in enumerate(bodies):
+                    send(producer, single if queues is None else queues[index], body)
 
         self._with_producer(topic, send_all)
 
@@ -256,6 +260,15 @@ class KombuBrokerAdapter:
         with self._pub_lock:
             self._pub_conn.release()
             self._producer = None
+
+    def _route(self, topic: str, envelope: Envelope) -> str:
+        """The queue ``envelope`` goes to; with one partition its subject is never read.
+
+        An outbox row's envelope is parsed on its first attribute read, so a relay on one
+        partition publishes the stored text without decoding it.
+        """
+        subject = envelope.subject if self._partitioned else None
+        return self.partitioning.publish_queue(topic, subject)
 
     def _queue(self, name: str) -> Queue:
         return declare_queue(

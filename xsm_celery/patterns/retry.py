@@ -250,9 +250,10 @@ class RetryPolicy:
             prev = base if previous_ms is None else float(previous_ms)
         if not 0.0 <= prev < _INF:
             prev = base
+        # Conditional expressions, not max()/min(): a builtin call is half of this branch.
         high = 3.0 * prev
-        high = max(high, base)
-        high = min(high, cap)
+        high = base if high < base else high
+        high = cap if high > cap else high
         value = base + draw * (high - base)
         return cap if value > cap else value
 
