@@ -28,8 +28,7 @@ CHART = {
     "initial": "open",
     "context": {"n": 0},
     "states": {
-        "open": {"on": {"INC": {"actions": "inc"}, "BOOM": {"actions": "boom"},
-                        "CLOSE": "closed"}},  # fmt: skip
+        "open": {"on": {"INC": {"actions": "inc"}, "BOOM": {"actions": "boom"}, "CLOSE": "closed"}},
         "closed": {"on": {"REOPEN": "open", "BOOM": {"target": "open", "actions": "boom"}}},
     },
 }

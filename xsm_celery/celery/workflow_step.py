@@ -413,6 +413,8 @@ def _arm_timers(
 
     A timer message that arrived before its due time (clock skew) re-arms its own timer.
     """
+    if not interp.pending_timers():
+        return  # the usual step: no timer to arm, so no snapshot to build just to find none
     known = _ids(before)
     if message.kind == "timer":
         known.discard(_timer_id_of(message))
@@ -460,7 +462,7 @@ def _publish_effects(workflow: Workflow, effects: StepEffects) -> None:
                              BACKSTOP_GRACE_S)  # fmt: skip
             continue
         _forget_row(stores, dispatch.backstop)
-    eager = bool(workflow.app.conf.task_always_eager)
+    eager = bool(effects.timers) and bool(workflow.app.conf.task_always_eager)
     for timer in effects.timers:
         if timer.durable or eager:
             continue

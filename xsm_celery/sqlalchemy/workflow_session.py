@@ -22,6 +22,7 @@ A duplicate or a stale message writes nothing: its transaction is rolled back.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -128,11 +129,10 @@ class PostgresSession:
             raise ConflictError(f"workflow step of {self._key!r} finished without a snapshot")
         params: dict[str, Any] = {**self._pending, "receipt": receipt,
                                   "message": self._message_id, "now": time.time()}  # fmt: skip
-        clauses = [_RECEIPT]
-        if self._log and transitions:
-            clauses.append(_log_clause(transition_rows(transitions), params))
-        main = _UPDATE if self._pending["expected"] else _INSERT
-        statement = sa.text(f"WITH {', '.join(clauses)} {main}")
+        rows = transition_rows(transitions) if self._log else []
+        for n, row in enumerate(rows):
+            params.update({f"t{n}_{c}": row[c] for c in COLUMNS})
+        statement = _write_statement(bool(self._pending["expected"]), len(rows))
         with self._store.db.guard("save"):
             written = self._conn.execute(statement, params).rowcount
         if written != 1:
@@ -142,14 +142,17 @@ class PostgresSession:
         self.finished = True
 
 
-def _log_clause(rows: list[dict[str, Any]], params: dict[str, Any]) -> str:
-    """``log AS (INSERT ... VALUES ...)`` of ``rows``, their values bound into ``params``."""
-    values = []
-    for n, row in enumerate(rows):
-        values.append("(" + ", ".join(f":t{n}_{c}" for c in COLUMNS) + ")")
-        params.update({f"t{n}_{c}": row[c] for c in COLUMNS})
-    columns = ", ".join(COLUMNS)
-    return f"log AS (INSERT INTO {TRANSITION_TABLE} ({columns}) VALUES {', '.join(values)})"
+@functools.lru_cache(maxsize=64)
+def _write_statement(update: bool, logged: int) -> sa.TextClause:
+    """The write of a step with ``logged`` transitions (cached: steps repeat a few shapes)."""
+    clauses = [_RECEIPT]
+    if logged:
+        values = ", ".join(
+            "(" + ", ".join(f":t{n}_{c}" for c in COLUMNS) + ")" for n in range(logged)
+        )
+        clauses.append(f"log AS (INSERT INTO {TRANSITION_TABLE} ({', '.join(COLUMNS)}) "
+                       f"VALUES {values})")  # fmt: skip
+    return sa.text(f"WITH {', '.join(clauses)} {_UPDATE if update else _INSERT}")
 
 
 @contextmanager
