@@ -1,11 +1,12 @@
 """One workflow step: lock the instance, answer a redelivery, apply one message, commit.
 
-A step holds the instance's lock (its store's transaction: a PostgreSQL advisory lock, SQLite's
-write lock, a Django ``atomic`` block) for load, act and save, so two messages for one key
-never interleave. Inside that transaction it writes, or rolls back together: the snapshot, the
+A step holds the instance's lock inside its store's transaction (``workflow_session``: the
+instance row's lock on SQLAlchemy's PostgreSQL, SQLite's write lock, an advisory lock in a
+Django ``atomic`` block) for load, act and save, so two messages for one key never
+interleave. Inside that transaction it writes, or rolls back together: the snapshot, the
 inbox receipt of the message's id, the rows of timers the step armed, the back-stop rows of
-the Celery tasks it dispatches, the chart's outbox rows, and (Django) the instance summary and
-transition log. Only after the commit are tasks dispatched, countdown timers published and
+the Celery tasks it dispatches, the chart's outbox rows, the transition log and (Django) the
+instance summary. Only after the commit are tasks dispatched, countdown timers published and
 left invocations revoked; each published message then deletes its back-stop row, and a row
 whose publish never happened (the worker died in between) is published by the Beat scan.
 
