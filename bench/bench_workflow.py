@@ -3,16 +3,33 @@
 Redis broker, PostgreSQL store (a private schema, dropped afterwards). Two comparisons:
 
 * **events**: N ``INC`` events over K keys, each a workflow step (lock, inbox check, load,
-  send, save snapshot and inbox receipt in one transaction) against a plain Celery task that
-  does the same by hand: ``SELECT ... FOR UPDATE`` the row, change its JSON, commit. Both are
-  acknowledged late. Target: the workflow keeps at least 70% of the hand-written rate.
+  send, save snapshot, inbox receipt and transition log in one transaction) against a plain
+  Celery task that does the same by hand: ``SELECT ... FOR UPDATE`` the row, change its JSON,
+  commit. Both are acknowledged late. Target: the workflow keeps at least 70% of the
+  hand-written rate.
 * **three steps**: M orders of reserve -> charge -> ship, each step a Celery task on the same
   worker, as a ``SagaBuilder`` saga run as a workflow (every result comes back as
   ``done.invoke`` and is committed, compensations ready) against a Celery ``chain`` of the
   same three tasks (no state kept between them).
 
 The worker times from the start of its first task to the last expected one and writes the
-figure to Redis. Run: ``python -m bench.bench_workflow`` (Redis on 127.0.0.1:6379 and
+figure to Redis.
+
+Where the time went (cProfile of the solo worker, statements counted with SQLAlchemy's
+``before_cursor_execute``): a step made one store call per row -- ``BEGIN``, the advisory
+lock, the inbox read, the snapshot read, the conditional update, the receipt upsert,
+``COMMIT`` -- seven round trips (plus the pool's pre-ping) against the hand-written task's
+four, and on the shared 2-core host each round trip waits for the PostgreSQL backend to be
+scheduled: about 60% of a step was psycopg waiting, the chart itself (restore, send,
+dump) a few percent, and Celery's own per-message cost is the same for both tasks. Now a
+step is ``BEGIN``, one statement that claims the message id in the inbox and locks and reads
+the instance row, one that writes the snapshot, the receipt and the transition log, and
+``COMMIT`` (``xsm_celery.sqlalchemy.workflow_session``), the hand-written task's count; what
+remains is those two statements doing more (an inbox row and a log row per event) and the
+chart step. Measured on that host, best of three (medians in brackets), one run after the
+other: before 29% (57%), after 84% (91%); see ``docs/workflows.md``'s Sizing.
+
+Run: ``python -m bench.bench_workflow`` (Redis on 127.0.0.1:6379 and
 PostgreSQL on 127.0.0.1:5432, or ``XSM_BENCH_REDIS`` / ``XSM_BENCH_POSTGRES``).
 """
 

@@ -1,11 +1,12 @@
 """One workflow step: lock the instance, answer a redelivery, apply one message, commit.
 
-A step holds the instance's lock (its store's transaction: a PostgreSQL advisory lock, SQLite's
-write lock, a Django ``atomic`` block) for load, act and save, so two messages for one key
-never interleave. Inside that transaction it writes, or rolls back together: the snapshot, the
+A step holds the instance's lock inside its store's transaction (``workflow_session``: the
+instance row's lock on SQLAlchemy's PostgreSQL, SQLite's write lock, an advisory lock in a
+Django ``atomic`` block) for load, act and save, so two messages for one key never
+interleave. Inside that transaction it writes, or rolls back together: the snapshot, the
 inbox receipt of the message's id, the rows of timers the step armed, the back-stop rows of
-the Celery tasks it dispatches, the chart's outbox rows, and (Django) the instance summary and
-transition log. Only after the commit are tasks dispatched, countdown timers published and
+the Celery tasks it dispatches, the chart's outbox rows, the transition log and (Django) the
+instance summary. Only after the commit are tasks dispatched, countdown timers published and
 left invocations revoked; each published message then deletes its back-stop row, and a row
 whose publish never happened (the worker died in between) is published by the Beat scan.
 
@@ -21,8 +22,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from xsm_celery.celery.workflow_session import StepSession, generic_session
 from xsm_celery.engine import EngineEvent, Event, PluginBase, Receipt
 from xsm_celery.errors import WorkflowStepError
 from xsm_celery.hooks import FactKind, emit
@@ -183,15 +186,21 @@ class StepOutcome:
     version: int = 0
 
 
-class _Loaded:
-    """The snapshot store, answering ``load`` with the record the step already read."""
+class _Session:
+    """The snapshot store as ``persisted()`` sees it: ``load`` answers the record the session
+    read, ``save`` goes through the session (which may hold it for ``finish``)."""
 
-    def __init__(self, store: Any, record: Any) -> None:
+    def __init__(self, store: Any, session: StepSession) -> None:
         self._store = store
-        self._record = record
+        self._session = session
 
     def load(self, key: str) -> Any:
-        return self._record
+        return self._session.record
+
+    def save(self, key: str, snapshot: str, *, expected_version: int | None = None,
+             machine_version: str = "") -> int:  # fmt: skip
+        return self._session.save(key, snapshot, expected_version=expected_version,
+                                  machine_version=machine_version)  # fmt: skip
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
@@ -268,13 +277,14 @@ def _locked_step(
     stores = workflow.stores()
     store_key = workflow.store_key(key)
     recorder = _Recorder(dict(message.payload) if message.kind == "start" else None)
-    with stores.snapshots.lock(store_key, timeout=workflow.lock_timeout_s), stores.flat():
-        entry = stores.inbox.get(store_key, message.id)
-        if entry is not None and entry.receipt is not None:
+    open_session = stores.session or partial(generic_session, stores)
+    with open_session(store_key, message.id, timeout=workflow.lock_timeout_s,
+                      ttl_s=workflow.inbox_ttl_s) as session:  # fmt: skip
+        if session.duplicate:
             logger.info("workflow %s[%s]: message %s already applied", workflow.name, key,
                         message.id)  # fmt: skip
             return StepOutcome(key, message.id, "duplicate"), recorder, []
-        record = stores.snapshots.load(store_key)
+        record = session.record
         if record is None and message.kind in ("timer", "done", "error"):
             _stale(workflow, key, message, "unknown instance")
             return StepOutcome(key, message.id, "stale"), recorder, []
@@ -284,7 +294,7 @@ def _locked_step(
             if message.kind == "timer" and _timer_id_of(message) not in _ids(before):
                 raise _Stale("its timer is no longer pending")
             with _instance(workflow, store_key, message, recorder=recorder, receipt=receipt,
-                           effects=effects, record=record) as interp:  # fmt: skip
+                           effects=effects, session=session) as interp:  # fmt: skip
                 _apply(workflow, key, message, interp, recorder=recorder, receipt=receipt)
                 _reconcile(workflow, interp, effects)
                 _arm_timers(workflow, key, interp, before=before, effects=effects,
@@ -302,25 +312,22 @@ def _locked_step(
 @contextmanager
 def _instance(
     workflow: Workflow, store_key: str, message: Message, *, recorder: _Recorder,
-    receipt: list[Receipt], effects: StepEffects, record: Any,
+    receipt: list[Receipt], effects: StepEffects, session: StepSession,
 ) -> Iterator[Any]:  # fmt: skip
-    """``persisted()`` under the lock already held, writing the step's rows before commit."""
+    """``persisted()`` in the session already open, writing the step's rows before commit."""
     stores = workflow.stores()
 
     def write_rows(interp: Any) -> None:
         effects.write_rows(stores.timers, time.time())
         result = receipt[0] if receipt else Receipt(frozenset(interp.current_state_ids), False)
-        stores.inbox.mark(
-            store_key, message.id, receipt_to_json(result), ttl_s=workflow.inbox_ttl_s
-        )
-        if stores.journal is not None:
-            stores.journal.record(workflow.summary(store_key, interp), [
-                {"workflow": workflow.name, "key": workflow.user_key(store_key),
-                 "message": message.kind, **t} for t in recorder.transitions
-            ])  # fmt: skip
+        summary = workflow.summary(store_key, interp) if stores.journal is not None else {}
+        session.finish(receipt_to_json(result), summary, [
+            {"workflow": workflow.name, "key": workflow.user_key(store_key),
+             "message": message.kind, **t} for t in recorder.transitions
+        ])  # fmt: skip
 
     with persisted(
-        _Loaded(stores.snapshots, record),
+        _Session(stores.snapshots, session),
         store_key,
         workflow.machine,
         lock=OptimisticLock(0),
@@ -407,6 +414,8 @@ def _arm_timers(
 
     A timer message that arrived before its due time (clock skew) re-arms its own timer.
     """
+    if not interp.pending_timers():
+        return  # the usual step: no timer to arm, so no snapshot to build just to find none
     known = _ids(before)
     if message.kind == "timer":
         known.discard(_timer_id_of(message))
@@ -454,7 +463,7 @@ def _publish_effects(workflow: Workflow, effects: StepEffects) -> None:
                              BACKSTOP_GRACE_S)  # fmt: skip
             continue
         _forget_row(stores, dispatch.backstop)
-    eager = bool(workflow.app.conf.task_always_eager)
+    eager = bool(effects.timers) and bool(workflow.app.conf.task_always_eager)
     for timer in effects.timers:
         if timer.durable or eager:
             continue

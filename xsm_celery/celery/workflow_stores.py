@@ -1,12 +1,13 @@
 """The stores one workflow writes in a step, all sharing the snapshot store's transaction.
 
 A workflow step saves the snapshot, the inbox receipt of its event, its timer rows, its
-outbox rows and (for Django) its journal in one transaction, so the store setting names one
-database and everything else is opened over it:
+outbox rows and its transition log (Django, SQLAlchemy, memory) in one transaction, so the
+store setting names one database and everything else is opened over it:
 
 * ``"django"`` / ``"django://<alias>"``: the Django app's tables on that alias;
 * a SQLAlchemy URL (``sqlite:///orders.db``, ``postgresql://...``): ``SQLAlchemyStore`` and
-  the inbox, timer and outbox stores built over its connection;
+  the inbox, timer, outbox and transition-log stores built over its connection (on
+  PostgreSQL a step's transaction is the fewer-round-trip ``postgres_session``);
 * ``"memory://"``: in-process stores, for tests;
 * a ``StateStore`` object: used as is; its siblings are derived when it is one of the
   package's stores, or passed with ``WorkflowStores(...)``.
@@ -22,6 +23,7 @@ import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from xsm_celery.celery.django_stores import is_django_url
@@ -59,7 +61,8 @@ class WorkflowStores:
     """Snapshots, inbox, timers, optional outbox and journal of one workflow.
 
     ``shared`` tells whether the inbox and timer rows join the snapshot's transaction; only
-    then is a redelivery after a commit guaranteed to be answered from the inbox.
+    then is a redelivery after a commit guaranteed to be answered from the inbox. ``session``
+    opens a step's transaction (``workflow_session``); None means ``generic_session``.
     """
 
     snapshots: Any
@@ -73,6 +76,7 @@ class WorkflowStores:
     flat: Callable[[], AbstractContextManager[Any]] = field(
         default=contextlib.nullcontext, compare=False
     )
+    session: Callable[..., AbstractContextManager[Any]] | None = field(default=None, compare=False)
 
 
 def open_workflow_stores(value: Any) -> WorkflowStores:
@@ -133,15 +137,20 @@ def _sqlalchemy(url: str) -> WorkflowStores:
 
 def _sqlalchemy_siblings(store: Any, description: str) -> WorkflowStores:
     from xsm_celery.sqlalchemy import SQLAlchemyInbox, SQLAlchemyOutboxStore
+    from xsm_celery.sqlalchemy.journal import SQLAlchemyWorkflowJournal
     from xsm_celery.sqlalchemy.timers import SQLAlchemyTimerStore
+    from xsm_celery.sqlalchemy.workflow_session import postgres_session
 
+    postgres = store.db.dialect == "postgresql"
     return WorkflowStores(
         snapshots=store,
         inbox=SQLAlchemyInbox(store),
         timers=SQLAlchemyTimerStore(store.db),
         outbox=SQLAlchemyOutboxStore(store),
+        journal=SQLAlchemyWorkflowJournal(store),
         description=description,
         flat=store.db.flat,
+        session=partial(postgres_session, store, log=True) if postgres else None,
     )
 
 
