@@ -97,6 +97,8 @@ def mark_run(workflow: Workflow, task: Any, lost: LostRuns) -> int:
 def _committed(workflow: Workflow, key: str, message: Message) -> bool:
     """Whether the inbox holds this message's receipt: the lost run had committed."""
     try:
-        return workflow.stores().inbox.get(workflow.store_key(key), message.id) is not None
+        entry = workflow.stores().inbox.get(workflow.store_key(key), message.id)
     except Exception:
         return False
+    # An entry without a receipt is a delivery in flight (or one that died holding it).
+    return entry is not None and entry.receipt is not None
