@@ -27,7 +27,7 @@ from xsm_celery.celery.canvas import canvas_of
 from xsm_celery.celery.dead_letters import DeadLetterWriter, TaskFailure
 from xsm_celery.celery.facts import AttemptFacts
 from xsm_celery.celery.header import HEADER, ChartHeader, HeaderCodec
-from xsm_celery.celery.secrets import mask_exception, mask_header
+from xsm_celery.celery.secrets import mask_context_errors, mask_exception
 from xsm_celery.celery.settings import XsmSettings
 from xsm_celery.celery.spool import DeadLetterSpool
 from xsm_celery.celery.stores import stores_for
@@ -89,11 +89,12 @@ def execute(task: Any, bound: Bound, args: Sequence[Any], kwargs: Mapping[str, A
 
 def run_step(task: Any, bound: Bound, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     """Like :func:`execute`, but a scheduled retry is returned as :class:`Retrying`."""
-    facts = AttemptFacts.start(task, (task.request.headers or {}).get(HEADER))
+    header = bound.codec.decode(task.request.headers)
+    facts = AttemptFacts.start(task, _attempt_of(header))
     if facts is None:
-        return _execute(task, bound, args, kwargs, None)
+        return _execute(task, bound, args, kwargs, header=header, facts=None)
     try:
-        return _execute(task, bound, args, kwargs, facts)
+        return _execute(task, bound, args, kwargs, header=header, facts=facts)
     finally:
         facts.finish()
 
@@ -103,11 +104,12 @@ def _execute(
     bound: Bound,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
+    *,
+    header: ChartHeader | None,
     facts: AttemptFacts | None,
 ) -> Any:
     """The function's result, a :class:`Retrying`, or raise (give up, control flow)."""
     request = task.request
-    header = bound.codec.decode(request.headers)
     run = Run(call=functools.partial(task.run, *args, **kwargs))
     if not request.is_eager:
         markers = stores_for(bound.app).markers()
@@ -221,9 +223,8 @@ def _retry(
     assert interp is not None  # a retry is always the chart's decision
     delay_s = settled.delay_ms / 1000.0
     secrets = bound.writer.secrets(args, kwargs)
-    headers: dict[str, Any] = dict(
-        bound.codec.encode(mask_header(interp.get_snapshot(), secrets))
-    )
+    mask_context_errors(interp.context, secrets)  # the interpreter ends with this run
+    headers: dict[str, Any] = dict(bound.codec.encode(interp.get_snapshot()))
     workflow = _workflow_of(task.request)
     if workflow is not None:
         headers[WORKFLOW_HEADER] = workflow
