@@ -15,9 +15,12 @@ marker costs there. A marker is read only for a redelivered message, long after 
 
 This is safe against the crash the marker exists for. Once ``send`` returns, the command is in
 the kernel: when the process dies, the kernel closes the socket and sends what it holds before
-the FIN (and if Redis's reply had already come back, the ``SET`` had already run). Only the
-death of the whole host in the moments after ``send`` can lose a marker, and that costs one
-uncounted attempt, not a loop.
+the FIN (and if Redis's reply had already come back, the ``SET`` had already run). That holds
+only while no reply waits unread (a socket closed with unread data is reset and what it held
+is dropped), so before a marker is held, replies that came back unread are drained first. Only
+the death of the whole host in the moments after ``send``, or the cork ceiling sending the
+held markers in the microseconds between that check and the next send, can lose a marker, and
+that costs one uncounted attempt, not a loop.
 """
 
 from __future__ import annotations
@@ -70,7 +73,7 @@ class RedisAttemptMarkers:
         """
         local = self._local
         conn = local.conn if hasattr(local, "conn") else self._connection()
-        if local.pending >= DRAIN_EVERY:
+        if local.pending >= DRAIN_EVERY or (local.pending and _has_unread(conn)):
             self._drain(conn)
         command = _pack_set(MARKER_KEY_PREFIX + task_id, attempt, self._ttl_field)
         # The last marker of a bunch pushes the bunch, so its replies are there to drain.
@@ -140,6 +143,24 @@ def _send(conn: Any, command: bytes, *, hold: bool) -> None:
         conn.send_packed_command([command], check_health=False)
     else:
         sock.sendall(command, _MSG_MORE)
+
+
+def _has_unread(conn: Any) -> bool:
+    """Whether replies wait unread in the kernel (held markers the cork ceiling sent).
+
+    A socket closed with unread data is reset, not shut down: Linux then drops what it still
+    holds instead of sending it. So a marker is held only while nothing is unread, which a
+    drain before holding the next one restores.
+    """
+    sock = _held_socket(conn)
+    if sock is None:
+        return False
+    try:
+        return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True  # broken: the drain reads the error and reconnects
 
 
 def _push(conn: Any) -> None:
