@@ -26,6 +26,7 @@ that costs one uncounted attempt, not a loop.
 from __future__ import annotations
 
 import logging
+import select
 import socket
 import threading
 from typing import Any
@@ -155,12 +156,12 @@ def _has_unread(conn: Any) -> bool:
     sock = _held_socket(conn)
     if sock is None:
         return False
-    try:
-        return bool(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
-    except (BlockingIOError, InterruptedError):
-        return False
-    except OSError:
-        return True  # broken: the drain reads the error and reconnects
+    # A zero-timeout poll, not a non-blocking recv: redis-py gives its sockets a timeout, and
+    # Python waits that long for data before any recv on such a socket. A hang-up or an error
+    # also reads as unread: the drain then reports it and reconnects.
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _push(conn: Any) -> None:
