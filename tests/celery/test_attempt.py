@@ -193,3 +193,45 @@ def test_a_marker_store_that_fails_does_not_stop_the_attempt(
         outcome = run_chart(machine, None, Run(call=lambda: "ok", mark=broken_mark))
     assert outcome.verdict is Verdict.DONE
     assert "attempt marker" in caplog.text
+
+
+def test_a_first_attempt_before_the_chart_decides_as_the_chart_does() -> None:
+    """Success, failure and control flow come out the same with and without the shortcut."""
+    from xsm_celery.celery.machine import first_attempt
+
+    policy = RetryPolicy(max_attempts=3, base_ms=250, jitter="none")
+    machine = machine_for(policy)
+    first = first_attempt("t", machine, CONTROL_EXCEPTIONS, shipped=True)
+    assert first is not None
+
+    def ignored() -> None:
+        raise Ignore()
+
+    def fails() -> None:
+        raise ConnectionError("down")
+
+    for call in (lambda: "ok", ignored, fails):
+        marks: list[int] = []
+        runs = [Run(call=call, mark=marks.append), Run(call=call, mark=marks.append)]
+        direct, charted = run_chart(machine, None, runs[0], first=first), run_chart(
+            machine, None, runs[1]
+        )
+        assert direct.verdict is charted.verdict
+        assert (runs[0].result, runs[0].invocations, marks) == (runs[1].result, 1, [1, 1])
+        assert type(runs[0].control) is type(runs[1].control)
+        if direct.verdict is Verdict.RETRY:
+            assert direct.delay_ms == charted.delay_ms == 250
+            assert direct.interpreter is not None
+            assert charted.interpreter is not None
+            assert direct.interpreter.context == charted.interpreter.context
+            assert direct.interpreter.context[ERRORS_CONTEXT_KEY][0]["message"] == "down"
+        else:
+            assert direct.interpreter is None
+
+
+def test_only_the_shipped_chart_runs_a_first_attempt_before_the_chart() -> None:
+    """A custom chart may act on a success, so its first run always starts the chart."""
+    from xsm_celery.celery.machine import first_attempt
+
+    machine = machine_for(RetryPolicy(max_attempts=3))
+    assert first_attempt("t", machine, CONTROL_EXCEPTIONS, shipped=False) is None

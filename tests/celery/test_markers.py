@@ -159,6 +159,24 @@ def test_a_marker_survives_a_sigkill_right_after_mark(redis_url: str) -> None:
     assert RedisAttemptMarkers(redis_url, 60).started(task_id) == 7
 
 
+@pytest.mark.timeout(30)
+def test_a_held_marker_survives_a_sigkill_after_replies_came_back(redis_url: str) -> None:
+    """Replies left unread would make the kernel reset the socket and drop a held marker."""
+    task_id = uuid.uuid4().hex
+    code = (
+        "import os, signal, time\n"
+        "from xsm_celery.celery.redis_markers import RedisAttemptMarkers\n"
+        f"m = RedisAttemptMarkers({redis_url!r}, 60)\n"
+        "m.mark('warm-up', 1)\n"
+        "time.sleep(0.5)  # past the kernel's 200 ms cork ceiling: the reply comes back\n"
+        f"m.mark({task_id!r}, 7)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=20, check=False)
+    assert done.returncode == -signal.SIGKILL
+    assert RedisAttemptMarkers(redis_url, 60).started(task_id) == 7
+
+
 def test_an_unreadable_marker_runs_the_redelivery_as_a_new_attempt(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

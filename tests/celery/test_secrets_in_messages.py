@@ -11,7 +11,7 @@ import pytest
 from celery import Celery
 
 from xsm_celery.celery import HEADER, ChartTask
-from xsm_celery.celery.secrets import mask_header
+from xsm_celery.celery.secrets import mask_context_errors
 from xsm_celery.eda import Envelope, InboundDispatcher, MemoryDeadLetterStore
 from xsm_celery.engine.redact import mask_text
 from xsm_celery.patterns import ERRORS_CONTEXT_KEY, DeadLetter, RetryPolicy
@@ -83,12 +83,13 @@ def test_well_known_token_shapes_are_masked_anywhere(token: str) -> None:
 
 
 def test_the_header_masks_only_the_error_chain() -> None:
-    """``mask_header`` changes the error messages and nothing else in the snapshot."""
-    snapshot = json.dumps({"context": {"attempt": 1, ERRORS_CONTEXT_KEY: [
-        {"message": f"no {SECRET}"}]}, "state_ids": ["a"]})  # fmt: skip
-    masked = json.loads(mask_header(snapshot, [SECRET]))
-    assert masked["context"][ERRORS_CONTEXT_KEY] == [{"message": "no ***"}]
-    assert masked["state_ids"] == ["a"]
+    """``mask_context_errors`` changes the error messages and nothing else in the context."""
+    context = {"attempt": 1, "note": f"kept {SECRET}", ERRORS_CONTEXT_KEY: [
+        {"message": f"no {SECRET}"}]}  # fmt: skip
+    mask_context_errors(context, [SECRET])
+    assert context[ERRORS_CONTEXT_KEY] == [{"message": "no ***"}]
+    assert context["attempt"] == 1
+    assert context["note"] == f"kept {SECRET}"
 
 
 def test_the_dispatcher_masks_envelope_secrets_in_its_logs_and_records(

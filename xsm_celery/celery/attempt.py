@@ -11,6 +11,12 @@ the chart settled:
   timer's transition would land in a dead-letter state, in which case the timer is fired at
   once so that giving up happens in the same run as the last failure.
 
+A first run of a chart whose first success was shown, when the task was bound, to end the
+chart at once (the shipped chart) calls the function before any interpreter exists: when it
+returns, the chart's verdict is already known, and when it fails, the chart starts and is
+handed the error as its first invocation's outcome (as for a lost attempt), so it decides the
+retry as always.
+
 Time is a ``SimulatedClock`` that only this module moves, so the delay is whatever the chart's
 named delay computed, carried to Celery in milliseconds without rounding. Where a timer leads
 and how a chart restarts are asked of the engine (:mod:`xsm_celery.engine.queries`), so guards
@@ -34,7 +40,15 @@ from xsm_celery.errors import ConfigurationError, SnapshotError
 if TYPE_CHECKING:
     from xsm_celery.celery.header import ChartHeader
 
-__all__ = ["DEAD_LETTER_TAG", "Run", "Settled", "Verdict", "current_run", "run_chart"]
+__all__ = [
+    "DEAD_LETTER_TAG",
+    "FirstAttempt",
+    "Run",
+    "Settled",
+    "Verdict",
+    "current_run",
+    "run_chart",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +67,8 @@ class Run:
     call: Callable[[], Any]
     #: Records "attempt n started" before the function runs (None: eager or direct runs).
     mark: Callable[[int], None] | None = None
-    #: The error the first invocation reports instead of running (a lost attempt).
+    #: The error the first invocation reports instead of running: a lost attempt, or the
+    #: error of a first attempt run before the chart (see :data:`FirstAttempt`).
     lost: BaseException | None = None
     result: Any = None
     error: BaseException | None = None
@@ -64,6 +79,10 @@ class Run:
     invocations: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
+
+#: Runs a first attempt before any chart exists: True when that settled the run (the function
+#: returned, or raised a Celery control exception), False when it failed (``run.lost``).
+FirstAttempt = Callable[[Run], bool]
 
 _current: contextvars.ContextVar[Run] = contextvars.ContextVar("xsm_celery_run")
 
@@ -92,13 +111,19 @@ class Settled:
 
     verdict: Verdict
     run: Run
-    interpreter: SyncInterpreter
+    #: None when a first attempt settled the run before any chart was started.
+    interpreter: SyncInterpreter | None
     delay_ms: float | None = None
     state_id: str | None = None
 
 
 def run_chart(
-    machine: Machine, header: ChartHeader | None, run: Run, reject: Reject | None = None
+    machine: Machine,
+    header: ChartHeader | None,
+    run: Run,
+    reject: Reject | None = None,
+    *,
+    first: FirstAttempt | None = None,
 ) -> Settled:
     """Take one attempting step of ``machine`` for ``run`` and classify the result.
 
@@ -107,10 +132,15 @@ def run_chart(
         header: The checked ``xsm_chart`` header of the message (None: a first run).
         run: What the ``work`` service runs and records.
         reject: Told when the header cannot be restored; the chart then starts afresh.
+        first: Runs a first attempt before the chart, for a chart whose first success ends
+            it at once (see the module docstring); None to always run the chart.
     """
-    clock = SimulatedClock(start_ms=0.0)
     token = _current.set(run)
     try:
+        if first is not None and header is None and run.lost is None and first(run):
+            verdict = Verdict.DONE if run.control is None else Verdict.CONTROL
+            return Settled(verdict, run, None)
+        clock = SimulatedClock(start_ms=0.0)
         interp = None if header is None else _resume(machine, header, clock, reject)
         if interp is None:
             interp = SyncInterpreter(machine, clock=clock).start()

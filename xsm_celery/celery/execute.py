@@ -22,12 +22,12 @@ from typing import Any, assert_never
 
 from celery.exceptions import Retry
 
-from xsm_celery.celery.attempt import Run, Settled, Verdict, run_chart
+from xsm_celery.celery.attempt import FirstAttempt, Run, Settled, Verdict, run_chart
 from xsm_celery.celery.canvas import canvas_of
 from xsm_celery.celery.dead_letters import DeadLetterWriter, TaskFailure
 from xsm_celery.celery.facts import AttemptFacts
 from xsm_celery.celery.header import HEADER, ChartHeader, HeaderCodec
-from xsm_celery.celery.secrets import mask_exception, mask_header
+from xsm_celery.celery.secrets import mask_context_errors, mask_exception
 from xsm_celery.celery.settings import XsmSettings
 from xsm_celery.celery.spool import DeadLetterSpool
 from xsm_celery.celery.stores import stores_for
@@ -38,7 +38,7 @@ from xsm_celery.errors import TaskGaveUp
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns import RetryPolicy
 
-__all__ = ["HEADER", "Bound", "execute"]
+__all__ = ["HEADER", "Bound", "Retrying", "execute", "run_step"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +54,8 @@ class Bound:
     settings: XsmSettings
     signature: inspect.Signature | None
     redact_keys: tuple[str, ...] | None
+    #: Runs a first attempt before the chart (see ``machine.first_attempt``), or None.
+    first: FirstAttempt | None = None
 
     @functools.cached_property
     def writer(self) -> DeadLetterWriter:
@@ -64,13 +66,35 @@ class Bound:
         )  # fmt: skip
 
 
+@dataclass(frozen=True, slots=True)
+class Retrying:
+    """A retry the chart scheduled, handed back for the caller to raise.
+
+    Celery's ``handle_retry`` copies every frame of the ``Retry``'s traceback (with each
+    code object's positions) and formats them all; that is most of what a retry costs the
+    worker. Raised by ``ChartTask.__call__`` itself, the traceback is two frames (Celery's
+    tracer and ``__call__``) instead of the six of a raise inside ``Task.retry``.
+    """
+
+    retry: BaseException
+
+
 def execute(task: Any, bound: Bound, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     """Run one attempting step for ``task`` and return, retry or fail as the chart says."""
-    facts = AttemptFacts.start(task, (task.request.headers or {}).get(HEADER))
+    outcome = run_step(task, bound, args, kwargs)
+    if type(outcome) is Retrying:
+        raise outcome.retry
+    return outcome
+
+
+def run_step(task: Any, bound: Bound, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    """Like :func:`execute`, but a scheduled retry is returned as :class:`Retrying`."""
+    header = bound.codec.decode(task.request.headers)
+    facts = AttemptFacts.start(task, _attempt_of(header))
     if facts is None:
-        return _execute(task, bound, args, kwargs, None)
+        return _execute(task, bound, args, kwargs, header=header, facts=None)
     try:
-        return _execute(task, bound, args, kwargs, facts)
+        return _execute(task, bound, args, kwargs, header=header, facts=facts)
     finally:
         facts.finish()
 
@@ -80,10 +104,12 @@ def _execute(
     bound: Bound,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
+    *,
+    header: ChartHeader | None,
     facts: AttemptFacts | None,
 ) -> Any:
+    """The function's result, a :class:`Retrying`, or raise (give up, control flow)."""
     request = task.request
-    header = bound.codec.decode(request.headers)
     run = Run(call=functools.partial(task.run, *args, **kwargs))
     if not request.is_eager:
         markers = stores_for(bound.app).markers()
@@ -92,7 +118,7 @@ def _execute(
             run.lost = _lost_attempt(task, markers, header)
             if run.lost is not None:
                 _finish_interrupted_give_up(task, bound, header)
-    settled = run_chart(bound.machine, header, run, bound.codec.reject)
+    settled = run_chart(bound.machine, header, run, bound.codec.reject, first=bound.first)
     verdict = settled.verdict
     if facts is not None:
         facts.settled(verdict.value, run.error)
@@ -103,7 +129,7 @@ def _execute(
     if verdict is Verdict.GIVE_UP:
         raise _give_up(task, bound, settled, args, kwargs)
     if verdict is Verdict.RETRY:
-        raise _retry(task, bound, settled, args, kwargs)
+        return Retrying(_retry(task, bound, settled, args, kwargs))
     assert_never(verdict)
 
 
@@ -149,7 +175,8 @@ def _finish_interrupted_give_up(task: Any, bound: Bound, header: ChartHeader | N
 def _give_up(
     task: Any, bound: Bound, settled: Settled, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> BaseException:
-    run, machine = settled.run, bound.machine
+    run, machine, interp = settled.run, bound.machine, settled.interpreter
+    assert interp is not None  # giving up is always the chart's decision
     error = run.error
     bound.writer.write(
         TaskFailure(
@@ -163,14 +190,14 @@ def _give_up(
             machine_version=machine.version,
             state_id=str(settled.state_id),
             event_type=_event_type(machine),
-            snapshot=json.loads(settled.interpreter.get_snapshot()),
+            snapshot=json.loads(interp.get_snapshot()),
             error=error,
             retryable=error is None or bound.policy.should_retry(error),
             canvas=canvas_of(task.request),
             workflow=_workflow_of(task.request),
         )
     )
-    attempt = settled.interpreter.context.get("attempt")
+    attempt = interp.context.get("attempt")
     emit(FactKind.GAVE_UP, task=str(task.name), task_id=str(task.request.id),
          exception=_type_name(error), attempt=attempt)  # fmt: skip
     if error is None:
@@ -191,12 +218,13 @@ def _event_type(machine: Machine) -> str:
 def _retry(
     task: Any, bound: Bound, settled: Settled, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> BaseException:
+    interp = settled.interpreter
     assert settled.delay_ms is not None
+    assert interp is not None  # a retry is always the chart's decision
     delay_s = settled.delay_ms / 1000.0
     secrets = bound.writer.secrets(args, kwargs)
-    headers: dict[str, Any] = dict(
-        bound.codec.encode(mask_header(settled.interpreter.get_snapshot(), secrets))
-    )
+    mask_context_errors(interp.context, secrets)  # the interpreter ends with this run
+    headers: dict[str, Any] = dict(bound.codec.encode(interp.get_snapshot()))
     workflow = _workflow_of(task.request)
     if workflow is not None:
         headers[WORKFLOW_HEADER] = workflow
@@ -205,10 +233,12 @@ def _retry(
     durable = delay_s > bound.settings.timer_countdown_max_s
     emit(FactKind.RETRY_SCHEDULED, task=str(task.name), task_id=str(task.request.id),
          exception=_type_name(error), delay_s=delay_s, durable=durable,
-         attempt=settled.interpreter.context.get("attempt"))  # fmt: skip
+         attempt=interp.context.get("attempt"))  # fmt: skip
     emit(FactKind.OUTBOUND, carrier=headers)
     if not durable:
-        result: BaseException = task.retry(countdown=delay_s, exc=error, headers=headers)
+        result: BaseException = task.retry(
+            countdown=delay_s, exc=error, headers=headers, throw=False
+        )
         return result
     due = time.time() + delay_s
     request = task.request

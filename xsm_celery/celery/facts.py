@@ -8,7 +8,6 @@ outcome, exception type name); the task's arguments never appear.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from typing import Any
 
 from xsm_celery.hooks import FactKind, emit, subscribers
 
-__all__ = ["TRACEPARENT", "AttemptFacts", "attempt_of", "outcome_label"]
+__all__ = ["TRACEPARENT", "AttemptFacts", "outcome_label"]
 
 #: The W3C trace-context header a traced producer puts on a task message.
 TRACEPARENT = "traceparent"
@@ -27,17 +26,6 @@ _LABELS = {"done": "succeeded", "give_up": "gave_up", "retry": "retry", "control
 def outcome_label(kind: str | None) -> str:
     """The stable outcome name of a run: succeeded, retry, gave_up, control or error."""
     return _LABELS.get(kind or "", "error")
-
-
-def attempt_of(snapshot: str | None) -> int:
-    """The attempt this run makes: one more than the snapshot's counter (1 without one)."""
-    if snapshot is None:
-        return 1
-    try:
-        value = json.loads(snapshot).get("context", {}).get("attempt", 0)
-        return int(value) + 1
-    except (ValueError, TypeError, AttributeError):
-        return 1
 
 
 @dataclass
@@ -51,12 +39,16 @@ class AttemptFacts:
     exception: str | None = None
 
     @classmethod
-    def start(cls, task: Any, snapshot: str | None) -> AttemptFacts | None:
-        """Emit ``ATTEMPT_STARTED`` for ``task``'s run, or return None when nobody listens."""
+    def start(cls, task: Any, attempt: int) -> AttemptFacts | None:
+        """Emit ``ATTEMPT_STARTED`` for ``task``'s run, or return None when nobody listens.
+
+        ``attempt`` is the one the checked header gives (1 without one, or when it was
+        rejected and the chart starts afresh), so the header is parsed once per run.
+        """
         if not subscribers():
             return None
         request = task.request
-        facts = cls(str(task.name), attempt_of(snapshot))
+        facts = cls(str(task.name), attempt)
         emit(
             FactKind.ATTEMPT_STARTED,
             task=facts.task,

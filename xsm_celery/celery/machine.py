@@ -12,14 +12,21 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from xsm_celery.celery.attempt import DEAD_LETTER_TAG, current_run
+from xsm_celery.celery.attempt import (
+    DEAD_LETTER_TAG,
+    FirstAttempt,
+    Run,
+    Verdict,
+    current_run,
+    run_chart,
+)
 from xsm_celery.celery.charts import ChartSpec, load_task_chart
 from xsm_celery.engine import Machine, MachineLogic, create_machine
 from xsm_celery.errors import ConfigurationError, XsmError
 from xsm_celery.patterns import ERRORS_CONTEXT_KEY, RetryPolicy
 from xsm_celery.patterns.error_chain import error_entry
 
-__all__ = ["MAX_ERRORS", "MIN_TIMER_MS", "WORK_SERVICE", "build_task_machine"]
+__all__ = ["MAX_ERRORS", "MIN_TIMER_MS", "WORK_SERVICE", "build_task_machine", "first_attempt"]
 
 logger = logging.getLogger(__name__)
 
@@ -136,6 +143,49 @@ def _work_service(
         return result
 
     return work
+
+
+def first_attempt(
+    task_name: str,
+    machine: Machine,
+    control: tuple[type[BaseException], ...],
+    *,
+    shipped: bool,
+) -> FirstAttempt | None:
+    """A first attempt run before the chart, for a chart whose first success ends it at once.
+
+    Starting an interpreter is most of what a chart task's successful run costs, and on a
+    first run of the shipped chart it decides nothing: ``attempting`` invokes ``work``, whose
+    success leads to the final ``done``. Only the shipped chart with the policy's own logic
+    qualifies (``shipped``): a custom chart or ``chart_logic`` may act on a success. The
+    engine is still asked, once: a run of the chart whose function returns must end
+    ``DONE`` after one invocation. A failure is handed to the chart (``run.lost``), which
+    records it and decides the retry exactly as if ``work`` had run the function.
+    """
+    if not shipped:
+        return None
+    probe = Run(call=lambda: None)
+    if run_chart(machine, None, probe).verdict is not Verdict.DONE or probe.invocations != 1:
+        return None
+    number = _attempt(machine.initial_context) + 1
+
+    def attempt(run: Run) -> bool:
+        mark, run.mark = run.mark, None
+        if mark is not None:
+            _mark(mark, number, task_name)
+        try:
+            result = run.call()
+        except control as exc:
+            run.control = exc
+        except Exception as exc:
+            run.lost = exc
+            return False
+        else:
+            run.result = result
+        run.invocations = 1
+        return True
+
+    return attempt
 
 
 def _mark(mark: Callable[[int], None], attempt: int, task_name: str) -> None:

@@ -1,4 +1,4 @@
-"""Attempt markers in Redis, written without waiting for Redis to answer.
+"""Attempt markers in Redis, written without waiting for Redis to answer, nor waking it.
 
 Every attempt of every chart task writes a marker, so its cost is on every task's path. A
 Redis round trip is most of that cost, and the task does not need the answer before it runs:
@@ -6,17 +6,28 @@ it needs the command to be on its way. So ``mark()`` only sends ``SET`` on a con
 own, and the replies are read in bunches of :data:`DRAIN_EVERY` (or by ``flush()``, or before a
 ``started()`` read), by which time they have long arrived; an error reply is logged then.
 
+On a TCP connection the ``SET`` is sent with ``MSG_MORE``: the kernel holds it instead of
+pushing it to Redis at once, and pushes it with the last ``SET`` of a bunch, before any read
+(``flush``, ``started``, a drain), or by itself within 200 ms (Linux's cork ceiling). Waking
+Redis costs the worker more than the send: on a busy machine Redis takes the CPU from the
+worker at each wake-up, so one wake-up per bunch instead of one per attempt is most of what a
+marker costs there. A marker is read only for a redelivered message, long after that.
+
 This is safe against the crash the marker exists for. Once ``send`` returns, the command is in
-the kernel: on loopback it is already in Redis's socket, and over a network the kernel still
-delivers it if the process is killed, because closing a socket with nothing unread sends the
-pending data before the FIN (and if Redis's reply had already come back, the ``SET`` had already
-run). Only the death of the whole host in the microseconds after ``send`` can lose a marker,
-and that costs one uncounted attempt, not a loop.
+the kernel: when the process dies, the kernel closes the socket and sends what it holds before
+the FIN (and if Redis's reply had already come back, the ``SET`` had already run). That holds
+only while no reply waits unread (a socket closed with unread data is reset and what it held
+is dropped), so before a marker is held, replies that came back unread are drained first. Only
+the death of the whole host in the moments after ``send``, or the cork ceiling sending the
+held markers in the microseconds between that check and the next send, can lose a marker, and
+that costs one uncounted attempt, not a loop.
 """
 
 from __future__ import annotations
 
 import logging
+import select
+import socket
 import threading
 from typing import Any
 
@@ -30,6 +41,9 @@ MARKER_KEY_PREFIX = "xsm:attempt:"
 #: Markers sent before their replies are read: one ``recv`` then collects them all, so the
 #: common path costs one ``send`` per attempt. Replies are a few bytes; they wait in the socket.
 DRAIN_EVERY = 32
+
+#: Hold a send in the kernel for a while (Linux); 0 where the platform has no such flag.
+_MSG_MORE: int = getattr(socket, "MSG_MORE", 0)
 
 
 class RedisAttemptMarkers:
@@ -60,18 +74,21 @@ class RedisAttemptMarkers:
         """
         local = self._local
         conn = local.conn if hasattr(local, "conn") else self._connection()
-        if local.pending >= DRAIN_EVERY:
+        if local.pending >= DRAIN_EVERY or (local.pending and _has_unread(conn)):
             self._drain(conn)
         command = _pack_set(MARKER_KEY_PREFIX + task_id, attempt, self._ttl_field)
+        # The last marker of a bunch pushes the bunch, so its replies are there to drain.
+        hold = local.pending < DRAIN_EVERY - 1
         try:
-            conn.send_packed_command([command], check_health=False)
+            _send(conn, command, hold=hold)
         except OSError:
             conn.disconnect()
-            conn.send_packed_command([command], check_health=False)
+            local.pending = 0  # the replies of the old connection will never come
+            _send(conn, command, hold=hold)
         local.pending += 1
 
     def flush(self) -> None:
-        """Read the replies of the markers sent so far; an error reply is logged."""
+        """Push the markers held so far and read their replies; an error reply is logged."""
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             self._drain(conn)
@@ -99,6 +116,8 @@ class RedisAttemptMarkers:
         return conn
 
     def _drain(self, conn: Any) -> None:
+        if self._local.pending:
+            _push(conn)
         while self._local.pending:
             self._local.pending -= 1
             try:
@@ -107,6 +126,52 @@ class RedisAttemptMarkers:
                 logger.warning("an attempt marker was not stored", exc_info=True)
                 conn.disconnect()
                 self._local.pending = 0
+
+
+def _held_socket(conn: Any) -> socket.socket | None:
+    """The connection's socket if sends on it may be held (plain TCP, MSG_MORE known)."""
+    # redis-py keeps its socket in ``_sock``; TLS and Unix sockets are written the usual way.
+    sock = getattr(conn, "_sock", None)
+    if not _MSG_MORE or type(sock) is not socket.socket:
+        return None
+    return sock if sock.family in (socket.AF_INET, socket.AF_INET6) else None
+
+
+def _send(conn: Any, command: bytes, *, hold: bool) -> None:
+    """Send ``command``; with ``hold`` the kernel keeps it until a push (see the docstring)."""
+    sock = _held_socket(conn) if hold else None
+    if sock is None:
+        conn.send_packed_command([command], check_health=False)
+    else:
+        sock.sendall(command, _MSG_MORE)
+
+
+def _has_unread(conn: Any) -> bool:
+    """Whether replies wait unread in the kernel (held markers the cork ceiling sent).
+
+    A socket closed with unread data is reset, not shut down: Linux then drops what it still
+    holds instead of sending it. So a marker is held only while nothing is unread, which a
+    drain before holding the next one restores.
+    """
+    sock = _held_socket(conn)
+    if sock is None:
+        return False
+    # A zero-timeout poll, not a non-blocking recv: redis-py gives its sockets a timeout, and
+    # Python waits that long for data before any recv on such a socket. A hang-up or an error
+    # also reads as unread: the drain then reports it and reconnects.
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+def _push(conn: Any) -> None:
+    """Make the kernel send what it holds now (setting ``TCP_NODELAY`` pushes pending data)."""
+    sock = _held_socket(conn)
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            return  # a broken socket: reading the replies reports it
 
 
 def _pack_set(key: str, attempt: int, ttl_field: bytes) -> bytes:

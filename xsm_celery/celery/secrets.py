@@ -11,7 +11,6 @@ arguments and masks them, with every well-known token shape, in each of those pl
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -19,7 +18,7 @@ from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS, mask_text, secret_valu
 from xsm_celery.patterns import ERRORS_CONTEXT_KEY
 from xsm_celery.patterns.dead_letter_redaction import mask_errors
 
-__all__ = ["mask_exception", "mask_header", "named_arguments", "task_secrets"]
+__all__ = ["mask_context_errors", "mask_exception", "named_arguments", "task_secrets"]
 
 
 def named_arguments(
@@ -49,19 +48,18 @@ def task_secrets(
     return tuple(secret_values(named_arguments(signature, args, kwargs), chosen))
 
 
-def mask_header(snapshot: str, secrets: Iterable[str]) -> str:
-    """The ``xsm_chart`` snapshot with the error chain's messages masked."""
-    try:
-        parsed = json.loads(snapshot)
-    except ValueError:
-        return snapshot
-    context = parsed.get("context") if isinstance(parsed, dict) else None
-    chain = context.get(ERRORS_CONTEXT_KEY) if isinstance(context, dict) else None
+def mask_context_errors(context: dict[str, Any], secrets: Iterable[str]) -> None:
+    """Mask the error chain's messages in a chart's live context, before its snapshot is taken.
+
+    Done on the context rather than on the snapshot's JSON, so a retry dumps its snapshot once
+    and parses nothing; the chain is replaced only when masking changed it.
+    """
+    chain = context.get(ERRORS_CONTEXT_KEY)
     if not isinstance(chain, list) or not chain:
-        return snapshot
-    assert isinstance(context, dict)
-    context[ERRORS_CONTEXT_KEY] = mask_errors(chain, secrets)
-    return json.dumps(parsed, separators=(",", ":"))
+        return
+    masked = mask_errors(chain, secrets)
+    if masked != chain:
+        context[ERRORS_CONTEXT_KEY] = masked
 
 
 def mask_exception(error: BaseException | None, secrets: Iterable[str]) -> None:

@@ -24,10 +24,10 @@ from celery.exceptions import Ignore, Reject, Retry
 
 from xsm_celery.celery.admission import run_admitted
 from xsm_celery.celery.charts import ChartSpec
-from xsm_celery.celery.execute import Bound, execute
+from xsm_celery.celery.execute import Bound, Retrying, execute, run_step
 from xsm_celery.celery.fleet import fleet_plan
 from xsm_celery.celery.header import HeaderCodec, signing_key
-from xsm_celery.celery.machine import build_task_machine
+from xsm_celery.celery.machine import build_task_machine, first_attempt
 from xsm_celery.celery.serialization import require_json
 from xsm_celery.celery.settings import read_settings
 from xsm_celery.engine import MachineLogic
@@ -110,7 +110,11 @@ class ChartTask(Task):  # type: ignore[type-arg]
         if fleet is None or fleet[0] is not self.app:
             fleet = type(self)._xsm_fleet = (self.app, fleet_plan(type(self), self.app))
         if fleet[1] is None or self.request.is_eager:
-            return execute(self, bound, args, kwargs)
+            outcome = run_step(self, bound, args, kwargs)
+            if type(outcome) is Retrying:
+                # Raised here, not deeper: Celery copies and formats every frame it passed.
+                raise outcome.retry
+            return outcome
         body = functools.partial(execute, self, bound, args, kwargs)
         return run_admitted(self, fleet[1], bound, args, kwargs, body=body)
 
@@ -139,6 +143,12 @@ def _bind(cls: type[ChartTask], app: Any) -> Bound:
         settings=settings,
         signature=_signature(cls),
         redact_keys=keys,
+        first=first_attempt(
+            name,
+            machine,
+            CONTROL_EXCEPTIONS,
+            shipped=cls.retry_chart is None and cls.chart_logic is None,
+        ),
     )
 
 
