@@ -49,24 +49,19 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-import uuid
-from pathlib import Path
 from typing import Any
 
 import redis
 from celery import Celery
 from celery.signals import task_prerun, task_success
 
+from bench.solo_worker import drain
 from bench.timing import table
 from xsm_celery.celery import ChartTask
 from xsm_celery.patterns import RetryPolicy
 
 REDIS = os.environ.get("XSM_BENCH_REDIS", "redis://127.0.0.1:6379/12")
-ROOT = Path(__file__).resolve().parent.parent
 
 #: Messages per scenario run, and runs per scenario, alternating plain and chart. The best
 #: run of each is reported (other processes only ever slow a run down), the median beside it.
@@ -166,33 +161,14 @@ def _count(**_: Any) -> None:
 
 def _run(task: Any, n: int) -> float:
     """Fill a fresh queue with ``n`` messages, drain it with a solo worker, return tasks/s."""
-    queue, key = f"bench-{uuid.uuid4().hex[:8]}", f"bench-result-{uuid.uuid4().hex}"
-    producer = Celery("bench_producer", broker=REDIS)
-    with producer.connection_for_write() as conn:
+
+    def fill(producer: Celery, conn: Any, queue: str) -> None:
         for _ in range(n):
             producer.send_task(task.name, queue=queue, connection=conn)
-    env = {**os.environ, "XSM_BENCH_EXPECT": str(n), "XSM_BENCH_KEY": key, "PYTHONPATH": str(ROOT)}
-    args = [sys.executable, "-m", "celery", "-A", "bench.bench_celery", "worker", "-P", "solo",
-            "-Q", queue, "-l", "ERROR", "--without-gossip", "--without-mingle",
-            "--without-heartbeat"]  # fmt: skip
-    client = redis.Redis.from_url(REDIS)
-    with tempfile.TemporaryDirectory() as cwd:
-        log = Path(cwd) / "worker.log"
-        with log.open("wb") as out:
-            worker = subprocess.Popen(args, cwd=cwd, env=env, stdout=out, stderr=out)
-            try:
-                deadline = time.monotonic() + 120
-                while client.get(key) is None:
-                    if time.monotonic() > deadline or worker.poll() is not None:
-                        tail = log.read_text(errors="replace")[-2000:]
-                        raise RuntimeError(f"the worker did not finish {task.name}:\n{tail}")
-                    time.sleep(0.05)
-            finally:
-                worker.terminate()
-                worker.wait(timeout=30)
-    count, elapsed, cpu = client.get(key).decode().split()  # type: ignore[union-attr]
-    client.delete(key, queue)
-    producer.close()
+
+    raw = drain("bench.bench_celery", REDIS, fill, env={"XSM_BENCH_EXPECT": str(n)},
+                what=task.name)  # fmt: skip
+    count, elapsed, cpu = raw.decode().split()
     _cpu_ms.setdefault(task.name, []).append(float(cpu) * 1000 / int(count))
     return int(count) / float(elapsed)
 

@@ -40,10 +40,8 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -52,6 +50,7 @@ import sqlalchemy as sa
 from celery import Celery, chain
 from celery.signals import task_prerun, task_success
 
+from bench.solo_worker import ROOT, drain
 from bench.timing import table
 from xsm_celery.celery import Xsm, celery_service
 from xsm_celery.engine import MachineLogic, create_machine
@@ -60,7 +59,7 @@ from xsm_celery.patterns import SagaBuilder
 
 REDIS = os.environ.get("XSM_BENCH_REDIS", "redis://127.0.0.1:6379/12")
 POSTGRES = os.environ.get("XSM_BENCH_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-ROOT = Path(__file__).resolve().parent.parent
+
 
 #: Events per run over this many keys; orders per three-step run; runs per scenario.
 EVENTS_N = 1500
@@ -215,30 +214,10 @@ def _count(sender: Any = None, **_: Any) -> None:
 
 def _drain(queue: str, expect: int, task_name: str) -> float:
     """Drain ``queue`` with a solo worker until ``expect`` counted completions; seconds taken."""
-    key = f"bench-result-{uuid.uuid4().hex}"
-    env = {**os.environ, "XSM_BENCH_EXPECT": str(expect), "XSM_BENCH_KEY": key,
-           "XSM_BENCH_QUEUE": queue,
-           "XSM_BENCH_TASK": task_name, "PYTHONPATH": str(ROOT)}  # fmt: skip
-    args = [sys.executable, "-m", "celery", "-A", "bench.bench_workflow", "worker", "-P", "solo",
-            "-Q", queue, "-l", "ERROR", "--without-gossip", "--without-mingle",
-            "--without-heartbeat"]  # fmt: skip
-    client = redis.Redis.from_url(REDIS)
-    with tempfile.TemporaryDirectory() as cwd:
-        log = Path(cwd) / "worker.log"
-        with log.open("wb") as out:
-            worker = subprocess.Popen(args, cwd=cwd, env=env, stdout=out, stderr=out)
-            try:
-                deadline = time.monotonic() + 300
-                while client.get(key) is None:
-                    if time.monotonic() > deadline or worker.poll() is not None:
-                        tail = log.read_text(errors="replace")[-3000:]
-                        raise RuntimeError(f"the worker did not finish {task_name}:\n{tail}")
-                    time.sleep(0.05)
-            finally:
-                worker.terminate()
-                worker.wait(timeout=30)
-    count, elapsed = client.get(key).decode().split()  # type: ignore[union-attr]
-    client.delete(key, queue)
+    env = {"XSM_BENCH_EXPECT": str(expect), "XSM_BENCH_QUEUE": queue, "XSM_BENCH_TASK": task_name}
+    raw = drain("bench.bench_workflow", REDIS, None, queue=queue, env=env, timeout_s=300,
+                what=task_name)  # fmt: skip
+    count, elapsed = raw.decode().split()
     return float(elapsed) if int(count) == expect else float("nan")
 
 

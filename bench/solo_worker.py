@@ -30,8 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def drain(
     module: str,
     redis_url: str,
-    fill: Callable[[Celery, Any, str], None],
+    fill: Callable[[Celery, Any, str], None] | None,
     *,
+    queue: str | None = None,
     env: Mapping[str, str] | None = None,
     drop_env: tuple[str, ...] = (),
     timeout_s: float = 120.0,
@@ -40,14 +41,19 @@ def drain(
     """Run ``fill(producer, connection, queue)``, drain the queue with a solo worker, return
     what the worker wrote to ``XSM_BENCH_KEY``.
 
+    ``queue`` names a queue the caller filled already (``fill`` may then be None); by
+    default a fresh one is made. Either way it is deleted afterwards.
+
     Raises:
         RuntimeError: the worker exited or did not write its figure within ``timeout_s``
             (the message carries the end of its log).
     """
-    queue, key = f"bench-{uuid.uuid4().hex[:8]}", f"bench-result-{uuid.uuid4().hex}"
+    queue = queue or f"bench-{uuid.uuid4().hex[:8]}"
+    key = f"bench-result-{uuid.uuid4().hex}"
     producer = Celery("bench_producer", broker=redis_url)
-    with producer.connection_for_write() as conn:
-        fill(producer, conn, queue)
+    if fill is not None:
+        with producer.connection_for_write() as conn:
+            fill(producer, conn, queue)
     worker_env = {**os.environ, **(env or {}), "XSM_BENCH_KEY": key, "PYTHONPATH": str(ROOT)}
     for name in drop_env:
         worker_env.pop(name, None)
