@@ -411,15 +411,8 @@ def _dead_letter(
     snapshot = _history((task.request.headers or {}).get(HEADER))
     machine = bound.machine
     bound.writer.write(
-        TaskFailure(
-            task_name=str(task.name),
-            task_id=str(task.request.id),
-            args=list(args),
-            kwargs=dict(kwargs),
-            hostname=task.request.hostname,
-            machine_id=str(machine.id),
-            machine_hash=str(machine.structure_hash),
-            machine_version=machine.version,
+        TaskFailure.of_task(
+            task, machine, args, kwargs,
             state_id="deferred",
             event_type="xsm.fleet.deferred",
             snapshot=snapshot,

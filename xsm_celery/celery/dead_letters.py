@@ -19,7 +19,7 @@ from typing import Any
 from xsm_celery.celery.canvas import CANVAS_KEY
 from xsm_celery.celery.secrets import mask_exception, task_secrets
 from xsm_celery.celery.spool import DEFAULT_SPOOL_DIR, DeadLetterSpool, dead_letter_id
-from xsm_celery.engine import redact
+from xsm_celery.engine import Machine, redact
 from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS, secret_values
 from xsm_celery.errors import DeferredTooLongError, TimeLimitKilled, WorkerLost
 from xsm_celery.hooks import FactKind, emit
@@ -52,6 +52,29 @@ class TaskFailure:
     canvas: Mapping[str, Any] = field(default_factory=dict)
     #: ``{workflow, key}`` when a workflow dispatched the task as a step (else None).
     workflow: Mapping[str, str] | None = None
+
+    @classmethod
+    def of_task(
+        cls,
+        task: Any,
+        machine: Machine,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        **run: Any,
+    ) -> TaskFailure:
+        """The failure of ``task``'s current request on ``machine``; ``run`` gives the rest
+        (``state_id``, ``event_type``, ``snapshot``, ``error``, ``retryable``, ...)."""
+        return cls(
+            task_name=str(task.name),
+            task_id=str(task.request.id),
+            args=list(args),
+            kwargs=dict(kwargs),
+            hostname=task.request.hostname,
+            machine_id=str(machine.id),
+            machine_hash=str(machine.structure_hash),
+            machine_version=machine.version,
+            **run,
+        )
 
 
 def redact_arguments(

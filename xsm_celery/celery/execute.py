@@ -179,15 +179,8 @@ def _give_up(
     assert interp is not None  # giving up is always the chart's decision
     error = run.error
     bound.writer.write(
-        TaskFailure(
-            task_name=str(task.name),
-            task_id=str(task.request.id),
-            args=list(args),
-            kwargs=dict(kwargs),
-            hostname=task.request.hostname,
-            machine_id=str(machine.id),
-            machine_hash=str(machine.structure_hash),
-            machine_version=machine.version,
+        TaskFailure.of_task(
+            task, machine, args, kwargs,
             state_id=str(settled.state_id),
             event_type=_event_type(machine),
             snapshot=json.loads(interp.get_snapshot()),
