@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
+import sqlite3
 import stat
 import threading
+import time
 from pathlib import Path
 from queue import Empty
 
@@ -216,6 +219,35 @@ class TestEmbeddedBroker:
             thread.join(30)
             assert len(received) == 100
 
+    def test_a_pool_process_forked_while_the_consumer_polls_can_still_publish(
+            self, tmp_path: Path) -> None:
+        """A fork waits for the consumer's write lock, so the child is not locked out for ever.
+
+        SQLite keeps lock state per process: a child forked while another thread held the
+        write lock inherits it as held by a connection it never uses, and none of its own
+        connections can ever write. Celery's supervisor thread forks replacement pool
+        processes while the consumer thread polls, which is how the demo lost a callback.
+        """
+        path = tmp_path / "b.db"
+        with Connection(f"sqlite:///{path}", transport=TRANSPORT) as conn:
+            channel = conn.default_channel
+            channel.queue_declare("q")
+            stop = threading.Event()
+
+            def poll() -> None:
+                while not stop.is_set():
+                    with contextlib.suppress(Empty):
+                        channel._get("q")
+
+            poller = threading.Thread(target=poll)
+            poller.start()
+            try:
+                codes = [_fork_and_write(path) for _ in range(10)]
+            finally:
+                stop.set()
+                poller.join(10)
+        assert codes == [0] * 10, "a forked child could not take the write lock"
+
     def test_the_broker_file_is_not_world_readable_when_the_demo_creates_it(
             self, tmp_path: Path) -> None:
         """The runner creates broker.db mode 0600 before kombu opens it (it holds raw args)."""
@@ -227,3 +259,30 @@ class TestEmbeddedBroker:
         finally:
             os.umask(old)
         assert stat.S_IMODE((tmp_path / "broker.db").stat().st_mode) == 0o600
+
+
+def _fork_and_write(path: Path) -> int:
+    """Fork; the child takes SQLite's write lock on ``path`` and exits 0 (1 if it cannot).
+
+    A child that hangs (a lock inherited held) is killed after 5 s and counts as failed.
+    """
+    time.sleep(0.003)  # let the polling thread get back into its loop
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (runs in the child)
+        code = 1
+        try:
+            db = sqlite3.connect(path, timeout=2, isolation_level=None)
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("ROLLBACK")
+            code = 0
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return -1

@@ -15,6 +15,12 @@ but four of its defaults get in the way of a lively, honest demo:
 * Its engines are cached per class and would cross Celery's prefork ``fork()``; a child
   drops the inherited connections (``Engine.dispose(close=False)``) and opens its own. SQLite
   runs in WAL mode so the worker's processes and the demo's publisher do not block each other.
+* On a polling transport the pool's supervisor thread forks a replacement for a dead pool
+  process while the consumer thread may be inside ``_get``, holding SQLite's write lock.
+  SQLite keeps its lock state per process, so the child inherits "another connection of
+  this process holds the write lock" from a connection it never uses, and every write it
+  tries waits out the busy timeout, for ever. One lock per process guards every session use,
+  and a fork waits for it (``os.register_at_fork``), so no child is born mid-transaction.
 
 Use it with ``broker_transport = "xsm_celery.demo.broker:Transport"`` and a plain
 ``sqlite:///path`` broker URL.
@@ -47,13 +53,17 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
         cursor.close()
 
 
+#: Held around every session use in this process, and by ``fork()`` (see the docstring).
+_SESSION_LOCK = threading.RLock()
+
+
 class Channel(kombu_sqla.Channel):
     """kombu's SQLAlchemy channel, with redelivery flagged where Celery reads it."""
 
     _engines: dict[str, Any] = {}  # noqa: RUF012 (kombu's class-level engine cache)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._session_lock = threading.RLock()
+        self._session_lock = _SESSION_LOCK
         super().__init__(*args, **kwargs)
 
     def _new_queue(self, queue: str, **kwargs: Any) -> None:
@@ -90,12 +100,17 @@ class Channel(kombu_sqla.Channel):
 
 
 def _dispose_inherited_engines() -> None:
+    _SESSION_LOCK.release()
     for engine, _session in Channel._engines.values():
         engine.dispose(close=False)
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_dispose_inherited_engines)
+    os.register_at_fork(
+        before=_SESSION_LOCK.acquire,
+        after_in_parent=_SESSION_LOCK.release,
+        after_in_child=_dispose_inherited_engines,
+    )
 
 
 class Transport(kombu_sqla.Transport):
