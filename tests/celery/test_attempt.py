@@ -229,6 +229,76 @@ def test_a_first_attempt_before_the_chart_decides_as_the_chart_does() -> None:
             assert direct.interpreter is None
 
 
+def test_a_retry_before_the_chart_decides_as_the_chart_does() -> None:
+    """From each header the chart writes, a direct retry ends as the restored chart would."""
+    from xsm_celery.celery.machine import first_attempt
+
+    policy = RetryPolicy(max_attempts=4, base_ms=100, factor=2.0, jitter="none")
+    machine = machine_for(policy)
+    first = first_attempt("t", machine, CONTROL_EXCEPTIONS, shipped=True, probe=machine)
+    assert first is not None
+
+    def fails() -> None:
+        raise ConnectionError("still down")
+
+    def ignored() -> None:
+        raise Ignore()
+
+    snapshot = None
+    for spent in range(1, 4):
+        snapshot = _retry_snapshot(machine, snapshot)
+        assert first.number_for(header(machine, snapshot, max_attempts=4)) == spent + 1
+        for call in (lambda: "ok", ignored, fails):
+            marks: list[int] = []
+            runs = [Run(call=call, mark=marks.append), Run(call=call, mark=marks.append)]
+            direct = run_chart(machine, header(machine, snapshot, 4), runs[0], first=first)
+            charted = run_chart(machine, header(machine, snapshot, 4), runs[1])
+            assert direct.verdict is charted.verdict
+            assert marks == [spent + 1, spent + 1]
+            assert (runs[0].result, runs[0].invocations) == (runs[1].result, 1)
+            if direct.verdict in (Verdict.RETRY, Verdict.GIVE_UP):
+                assert direct.interpreter is not None
+                assert charted.interpreter is not None
+                assert direct.delay_ms == charted.delay_ms
+                assert direct.interpreter.context == charted.interpreter.context
+                assert direct.interpreter.context["attempt"] == spent + 1
+            else:
+                assert direct.interpreter is None
+
+
+def test_a_retry_header_of_another_shape_runs_the_chart() -> None:
+    """A header whose state or timers differ from what the chart wrote is not run directly."""
+    import json
+
+    from xsm_celery.celery.machine import first_attempt
+
+    machine = machine_for(RetryPolicy(max_attempts=4, base_ms=100))
+    first = first_attempt("t", machine, CONTROL_EXCEPTIONS, shipped=True, probe=machine)
+    assert first is not None
+    written = json.loads(_retry_snapshot(machine, None))
+    assert first.number_for(header(machine, json.dumps(written), 4)) == 2
+    no_timer = {**written, "deadlines": []}
+    assert first.number_for(header(machine, json.dumps(no_timer), 4)) is None
+    elsewhere = {**written, "value": "attempting", "state_ids": ["task.attempting"]}
+    assert first.number_for(header(machine, json.dumps(elsewhere), 4)) is None
+    blind = first_attempt("t", machine, CONTROL_EXCEPTIONS, shipped=True)
+    assert blind is not None
+    assert blind.number_for(header(machine, json.dumps(written), 4)) is None
+    assert blind.number_for(None) == 1
+
+
+def _retry_snapshot(machine: Any, snapshot: str | None) -> str:
+    """The snapshot the chart writes after one more failure than ``snapshot`` holds."""
+
+    def fails() -> None:
+        raise ConnectionError("down")
+
+    settled = run_chart(machine, header(machine, snapshot, 4), Run(call=fails))
+    assert settled.verdict is Verdict.RETRY
+    assert settled.interpreter is not None
+    return str(settled.interpreter.get_snapshot())
+
+
 def test_only_the_shipped_chart_runs_a_first_attempt_before_the_chart() -> None:
     """A custom chart may act on a success, so its first run always starts the chart."""
     from xsm_celery.celery.machine import first_attempt

@@ -11,11 +11,12 @@ the chart settled:
   timer's transition would land in a dead-letter state, in which case the timer is fired at
   once so that giving up happens in the same run as the last failure.
 
-A first run of a chart whose first success was shown, when the task was bound, to end the
-chart at once (the shipped chart) calls the function before any interpreter exists: when it
-returns, the chart's verdict is already known, and when it fails, the chart starts and is
-handed the error as its first invocation's outcome (as for a lost attempt), so it decides the
-retry as always.
+A run of a chart whose success was shown, when the task was bound, to end the chart at once
+(the shipped chart: its first run, and a retry whose header has the very shape the chart
+itself wrote for that attempt) calls the function before any interpreter exists: when it
+returns, the chart's verdict is already known, and when it fails, the chart starts (or
+resumes) and is handed the error as its invocation's outcome (as for a lost attempt), so it
+decides the retry as always.
 
 Time is a ``SimulatedClock`` that only this module moves, so the delay is whatever the chart's
 named delay computed, carried to Celery in milliseconds without rounding. Where a timer leads
@@ -30,7 +31,7 @@ import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from xsm_celery.engine import Machine, SimulatedClock, SyncInterpreter
 from xsm_celery.engine.queries import fresh_interpreter, next_timer, timer_entries
@@ -80,9 +81,19 @@ class Run:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-#: Runs a first attempt before any chart exists: True when that settled the run (the function
-#: returned, or raised a Celery control exception), False when it failed (``run.lost``).
-FirstAttempt = Callable[[Run], bool]
+class FirstAttempt(Protocol):
+    """Runs an attempt before any interpreter exists, where a success is known to end the chart.
+
+    ``number_for`` says which attempt a run would make if it may go first (None: the chart
+    must run it); calling it returns True when that settled the run (the function returned,
+    or raised a Celery control exception), False when it failed (``run.lost``).
+    """
+
+    def number_for(self, header: ChartHeader | None) -> int | None:
+        """The attempt number to run directly for this header, or None."""
+
+    def __call__(self, run: Run, number: int) -> bool:
+        """Run attempt ``number`` of the function; True if that settled the run."""
 
 _current: contextvars.ContextVar[Run] = contextvars.ContextVar("xsm_celery_run")
 
@@ -132,12 +143,13 @@ def run_chart(
         header: The checked ``xsm_chart`` header of the message (None: a first run).
         run: What the ``work`` service runs and records.
         reject: Told when the header cannot be restored; the chart then starts afresh.
-        first: Runs a first attempt before the chart, for a chart whose first success ends
-            it at once (see the module docstring); None to always run the chart.
+        first: Runs an attempt before the chart where a success is known to end it at once
+            (see the module docstring); None to always run the chart.
     """
     token = _current.set(run)
     try:
-        if first is not None and header is None and run.lost is None and first(run):
+        number = None if first is None or run.lost is not None else first.number_for(header)
+        if number is not None and first is not None and first(run, number):
             verdict = Verdict.DONE if run.control is None else Verdict.CONTROL
             return Settled(verdict, run, None)
         clock = SimulatedClock(start_ms=0.0)

@@ -8,13 +8,14 @@ wrapped so the run learns the exact milliseconds the chart asked for.
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from xsm_celery.celery.attempt import (
     DEAD_LETTER_TAG,
-    FirstAttempt,
     Run,
     Verdict,
     current_run,
@@ -22,11 +23,22 @@ from xsm_celery.celery.attempt import (
 )
 from xsm_celery.celery.charts import ChartSpec, load_task_chart
 from xsm_celery.engine import Machine, MachineLogic, create_machine
-from xsm_celery.errors import ConfigurationError, XsmError
+from xsm_celery.errors import ConfigurationError, WorkerLost, XsmError
 from xsm_celery.patterns import ERRORS_CONTEXT_KEY, RetryPolicy
 from xsm_celery.patterns.error_chain import error_entry
 
-__all__ = ["MAX_ERRORS", "MIN_TIMER_MS", "WORK_SERVICE", "build_task_machine", "first_attempt"]
+__all__ = [
+    "MAX_DIRECT_RETRIES",
+    "MAX_ERRORS",
+    "MIN_TIMER_MS",
+    "WORK_SERVICE",
+    "DirectAttempt",
+    "build_task_machine",
+    "first_attempt",
+]
+
+if TYPE_CHECKING:
+    from xsm_celery.celery.header import ChartHeader
 
 logger = logging.getLogger(__name__)
 
@@ -145,37 +157,75 @@ def _work_service(
     return work
 
 
+#: Retry attempts probed at bind time for the direct path (see ``first_attempt``); a retry
+#: past this many failures runs the chart as usual.
+MAX_DIRECT_RETRIES = 32
+
+
 def first_attempt(
     task_name: str,
     machine: Machine,
     control: tuple[type[BaseException], ...],
     *,
     shipped: bool,
-) -> FirstAttempt | None:
-    """A first attempt run before the chart, for a chart whose first success ends it at once.
+    attempt_key: str = "attempt",
+    probe: Machine | None = None,
+) -> DirectAttempt | None:
+    """Attempts run before the chart, for a chart whose success ends it at once.
 
-    Starting an interpreter is most of what a chart task's successful run costs, and on a
-    first run of the shipped chart it decides nothing: ``attempting`` invokes ``work``, whose
+    Starting (or restoring) an interpreter is most of what a chart task's successful run
+    costs, and on the shipped chart it decides nothing: ``attempting`` invokes ``work``, whose
     success leads to the final ``done``. Only the shipped chart with the policy's own logic
-    qualifies (``shipped``): a custom chart or ``chart_logic`` may act on a success. The
-    engine is still asked, once: a run of the chart whose function returns must end
-    ``DONE`` after one invocation. A failure is handed to the chart (``run.lost``), which
-    records it and decides the retry exactly as if ``work`` had run the function.
+    qualifies (``shipped``): a custom chart or ``chart_logic`` may act on a success. The engine
+    is still asked, when the task is bound: a first run whose function returns must end
+    ``DONE`` after one invocation, and so must a retry from each snapshot the chart writes
+    after 1, 2, ... failures. Those are asked of ``probe``, the same chart and policy with a
+    fixed jitter source so that binding uses up none of the task's own (a lost worker stands
+    in for the failure); without it only first runs go direct. A retry goes direct only when
+    its header has that attempt's exact shape (state, timers, no children or history). A
+    failure is handed to the chart (``run.lost``), which records it and decides the retry
+    exactly as if ``work`` had run the function.
     """
     if not shipped:
         return None
-    probe = Run(call=lambda: None)
-    if run_chart(machine, None, probe).verdict is not Verdict.DONE or probe.invocations != 1:
+    succeeds = Run(call=lambda: None)
+    if run_chart(machine, None, succeeds).verdict is not Verdict.DONE or succeeds.invocations != 1:
         return None
-    number = _attempt(machine.initial_context) + 1
+    first = _attempt(machine.initial_context) + 1
+    shapes = {} if probe is None else _retry_shapes(task_name, probe, attempt_key)
+    return DirectAttempt(task_name, control, first, shapes)
 
-    def attempt(run: Run) -> bool:
+
+@dataclass(frozen=True)
+class DirectAttempt:
+    """The attempts ``first_attempt`` showed a success ends at once (see there)."""
+
+    task_name: str
+    control: tuple[type[BaseException], ...]
+    #: The attempt number a first run (no header) makes.
+    first: int
+    #: Spent attempts -> the snapshot shape the chart writes then, checked by the engine.
+    retry_shapes: Mapping[int, Hashable] = field(default_factory=dict)
+
+    def number_for(self, header: ChartHeader | None) -> int | None:
+        """The attempt to run directly for ``header``, or None when the chart must run it."""
+        if header is None:
+            return self.first
+        if not header.same_structure:
+            return None
+        shape = self.retry_shapes.get(header.attempt)
+        if shape is None or shape != _shape(header.snapshot):
+            return None
+        return header.attempt + 1
+
+    def __call__(self, run: Run, number: int) -> bool:
+        """Run attempt ``number``; True if that settled the run, False with ``run.lost`` set."""
         mark, run.mark = run.mark, None
         if mark is not None:
-            _mark(mark, number, task_name)
+            _mark(mark, number, self.task_name)
         try:
             result = run.call()
-        except control as exc:
+        except self.control as exc:
             run.control = exc
         except Exception as exc:
             run.lost = exc
@@ -185,7 +235,49 @@ def first_attempt(
         run.invocations = 1
         return True
 
-    return attempt
+
+def _retry_shapes(task_name: str, machine: Machine, attempt_key: str) -> dict[int, Hashable]:
+    """Spent attempts -> snapshot shape, for each retry from which a success ends the chart."""
+    from xsm_celery.celery.header import ChartHeader  # the header module imports this one
+
+    shapes: dict[int, Hashable] = {}
+    header: ChartHeader | None = None
+    for _ in range(MAX_DIRECT_RETRIES):
+        lost = WorkerLost(f"probe of {task_name}'s retry chart")
+        settled = run_chart(machine, header, Run(call=lambda: None, lost=lost))
+        if settled.verdict is not Verdict.RETRY or settled.interpreter is None:
+            break
+        written = settled.interpreter.get_snapshot()
+        snapshot = json.loads(written)
+        attempt = snapshot["context"].get(attempt_key)
+        if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt in shapes:
+            break
+        # A restore takes the snapshot's dicts as they are: each run gets a fresh parse.
+        retried = ChartHeader(snapshot=json.loads(written), attempt=attempt, same_structure=True)
+        retry = Run(call=lambda: None)
+        if run_chart(machine, retried, retry).verdict is Verdict.DONE and retry.invocations == 1:
+            shapes[attempt] = _shape(snapshot)
+        header = ChartHeader(snapshot=snapshot, attempt=attempt, same_structure=True)
+    return shapes
+
+
+def _shape(snapshot: Mapping[str, Any]) -> Hashable:
+    """What a snapshot's run depends on besides its context: where it is, what it waits for."""
+    try:
+        deadlines = tuple(
+            (d["state_id"], d["key"], d["event_type"]) for d in snapshot.get("deadlines") or ()
+        )
+        return (
+            snapshot.get("status"),
+            json.dumps(snapshot.get("value"), sort_keys=True),
+            tuple(snapshot.get("state_ids") or ()),
+            deadlines,
+            bool(snapshot.get("delayed")),
+            bool(snapshot.get("children")),
+            bool(snapshot.get("history")),
+        )
+    except (KeyError, TypeError):
+        return None
 
 
 def _mark(mark: Callable[[int], None], attempt: int, task_name: str) -> None:

@@ -15,6 +15,7 @@ and ends the task in ``FAILURE`` with the function's last exception.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from typing import Any, ClassVar
@@ -30,7 +31,7 @@ from xsm_celery.celery.header import HeaderCodec, signing_key
 from xsm_celery.celery.machine import build_task_machine, first_attempt
 from xsm_celery.celery.serialization import require_json
 from xsm_celery.celery.settings import read_settings
-from xsm_celery.engine import MachineLogic
+from xsm_celery.engine import Machine, MachineLogic
 from xsm_celery.errors import ConfigurationError, WorkerLost
 from xsm_celery.patterns import RetryPolicy
 from xsm_celery.patterns.retry import ExceptionTypes
@@ -135,11 +136,12 @@ def _bind(cls: type[ChartTask], app: Any) -> Bound:
         chart_logic=cls.chart_logic,
         redact_keys=keys,
     )
+    codec = HeaderCodec.for_task(name, machine, policy, signing_key(app.conf))
     return Bound(
         app=app,
         machine=machine,
         policy=policy,
-        codec=HeaderCodec.for_task(name, machine, policy, signing_key(app.conf)),
+        codec=codec,
         settings=settings,
         signature=_signature(cls),
         redact_keys=keys,
@@ -148,8 +150,28 @@ def _bind(cls: type[ChartTask], app: Any) -> Bound:
             machine,
             CONTROL_EXCEPTIONS,
             shipped=cls.retry_chart is None and cls.chart_logic is None,
+            attempt_key=codec.attempt_key,
+            probe=_probe_machine(name, policy, keys),
         ),
     )
+
+
+def _probe_machine(
+    name: str, policy: RetryPolicy, keys: tuple[str, ...] | None
+) -> Machine | None:
+    """The shipped chart under ``policy`` with a fixed jitter source, for ``first_attempt``.
+
+    None when the policy has ``abort_if`` or ``retry_if``: the user's predicates are not
+    called with a made-up failure while the task is being bound.
+    """
+    if policy.abort_if is not None or policy.retry_if is not None:
+        return None
+    fixed = dataclasses.replace(policy, rng=_half)
+    return build_task_machine(name, None, fixed, control=CONTROL_EXCEPTIONS, redact_keys=keys)
+
+
+def _half() -> float:
+    return 0.5
 
 
 def _refuse_retry_options(cls: type[ChartTask], name: str) -> None:
