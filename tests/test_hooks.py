@@ -61,3 +61,39 @@ def test_fact_kind_values_are_unique_snake_case_names() -> None:
     values = [kind.value for kind in FactKind]
     assert len(values) == len(set(values))
     assert all(v == v.lower() and " " not in v for v in values)
+
+
+def test_a_subscriber_of_some_kinds_gets_only_those_and_keeps_its_order() -> None:
+    """``kinds`` filters per subscriber; the others still see every kind, in order."""
+    every: list[tuple[str, FactKind]] = []
+    some: list[tuple[str, FactKind]] = []
+    stop_all = hooks.subscribe(lambda f: every.append(("all", f.kind)))
+    stop_some = hooks.subscribe(lambda f: some.append(("some", f.kind)), [FactKind.GAVE_UP])
+    hooks.emit(FactKind.RETRY_SCHEDULED, task="t")
+    hooks.emit(FactKind.GAVE_UP, task="t")
+    assert every == [("all", FactKind.RETRY_SCHEDULED), ("all", FactKind.GAVE_UP)]
+    assert some == [("some", FactKind.GAVE_UP)]
+    stop_all()
+    hooks.emit(FactKind.RETRY_SCHEDULED, task="t")
+    assert len(every) == 2
+    stop_some()
+
+
+def test_wants_tells_whether_anyone_receives_a_kind() -> None:
+    """A hot path asks ``wants`` before building a fact nobody would receive."""
+    assert not hooks.wants(FactKind.ATTEMPT_STARTED)
+    stop = hooks.subscribe(lambda f: None, {FactKind.GAVE_UP})
+    assert hooks.wants(FactKind.GAVE_UP)
+    assert not hooks.wants(FactKind.ATTEMPT_STARTED)
+    stop_all = hooks.subscribe(lambda f: None)
+    assert hooks.wants(FactKind.ATTEMPT_STARTED)
+    stop_all()
+    stop()
+    assert not hooks.wants(FactKind.GAVE_UP)
+    assert hooks.subscribers() == ()
+
+
+def test_an_unknown_kind_is_refused_at_subscribe() -> None:
+    """A misspelt kind fails when subscribing, not silently by never matching."""
+    with pytest.raises(ValueError, match="not_a_kind"):
+        hooks.subscribe(lambda f: None, ["not_a_kind"])  # type: ignore[list-item]

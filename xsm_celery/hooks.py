@@ -2,8 +2,9 @@
 
 The core and the integrations report what happened (a retry was scheduled, a dead letter was
 written, a timer fired late, a breaker opened) by calling :func:`emit` with a :class:`FactKind`
-and a few fields. Exporters subscribe with :func:`subscribe`; the core never imports one. With
-no subscriber, ``emit`` returns after one truth test, so the hot paths pay nothing for it.
+and a few fields. Exporters subscribe with :func:`subscribe`, to every kind or to the few they
+handle; the core never imports one. With no subscriber for a kind, ``emit`` returns after one
+dict lookup, and :func:`wants` lets a hot path skip building the fields at all.
 
 A subscriber that raises is logged and skipped: observing the work must never break it.
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -28,6 +29,7 @@ __all__ = [
     "subscribe",
     "subscribers",
     "unsubscribe",
+    "wants",
 ]
 
 _log = logging.getLogger(__name__)
@@ -89,22 +91,59 @@ class Fact:
 Subscriber = Callable[[Fact], None]
 
 _subscribers: tuple[Subscriber, ...] = ()
+#: The kinds each subscriber asked for (None: every kind), in subscription order.
+_entries: tuple[tuple[Subscriber, frozenset[FactKind] | None], ...] = ()
+#: Each kind somebody wants -> its subscribers in order; a kind nobody wants is absent.
+_routes: dict[FactKind, tuple[Subscriber, ...]] = {}
 _lock = threading.Lock()
 
 
-def subscribe(subscriber: Subscriber) -> Callable[[], None]:
-    """Start sending facts to ``subscriber``; returns a function that stops it again."""
-    global _subscribers
+def subscribe(
+    subscriber: Subscriber, kinds: Iterable[FactKind] | None = None
+) -> Callable[[], None]:
+    """Start sending facts to ``subscriber``; returns a function that stops it again.
+
+    With ``kinds`` it receives only those kinds, and the others cost it nothing: a process
+    whose only subscribers log a few kinds pays no field-building for the rest.
+    """
+    wanted = None if kinds is None else frozenset(_kind(kind) for kind in kinds)
+    global _entries
     with _lock:
-        _subscribers = (*_subscribers, subscriber)
+        _entries = (*_entries, (subscriber, wanted))
+        _rebuild()
     return lambda: unsubscribe(subscriber)
+
+
+def _kind(kind: object) -> FactKind:
+    try:
+        return FactKind(kind)
+    except ValueError:
+        from xsm_celery.errors import ConfigurationError
+
+        raise ConfigurationError(
+            f"{kind!r} is not a fact kind; subscribe to members of xsm_celery.hooks.FactKind "
+            f"(one of {', '.join(k.value for k in FactKind)})"
+        ) from None
 
 
 def unsubscribe(subscriber: Subscriber) -> None:
     """Stop sending facts to ``subscriber``; unknown subscribers are ignored."""
-    global _subscribers
+    global _entries
     with _lock:
-        _subscribers = tuple(s for s in _subscribers if s is not subscriber)
+        _entries = tuple(entry for entry in _entries if entry[0] is not subscriber)
+        _rebuild()
+
+
+def _rebuild() -> None:
+    """Recompute the routes after a change; readers see the old or the new, never a mix."""
+    global _subscribers, _routes
+    routes: dict[FactKind, tuple[Subscriber, ...]] = {}
+    for kind in FactKind:
+        chosen = tuple(s for s, wanted in _entries if wanted is None or kind in wanted)
+        if chosen:
+            routes[kind] = chosen
+    _subscribers = tuple(s for s, _wanted in _entries)
+    _routes = routes
 
 
 def subscribers() -> tuple[Subscriber, ...]:
@@ -112,9 +151,14 @@ def subscribers() -> tuple[Subscriber, ...]:
     return _subscribers
 
 
+def wants(kind: FactKind) -> bool:
+    """Whether any subscriber receives ``kind``: a hot path asks before building a fact."""
+    return kind in _routes
+
+
 def emit(kind: FactKind, **fields: object) -> None:
-    """Report one fact to every subscriber; costs one truth test when there is none."""
-    current = _subscribers
+    """Report one fact to its subscribers; costs one dict lookup when there is none."""
+    current = _routes.get(kind)
     if not current:
         return
     fact = Fact(kind, MappingProxyType(fields))

@@ -2,7 +2,7 @@
 
 Kept apart from ``execute`` so the run path reads as the decision it carries out. Nothing
 here is computed unless someone subscribed to ``xsm_celery.hooks``: a worker without an
-exporter pays one truth test per run. Fields are bounded (task name, attempt number,
+exporter pays two dict lookups per run. Fields are bounded (task name, attempt number,
 outcome, exception type name); the task's arguments never appear.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from xsm_celery.hooks import FactKind, emit, subscribers
+from xsm_celery.hooks import FactKind, emit, wants
 
 __all__ = ["TRACEPARENT", "AttemptFacts", "outcome_label"]
 
@@ -45,7 +45,7 @@ class AttemptFacts:
         ``attempt`` is the one the checked header gives (1 without one, or when it was
         rejected and the chart starts afresh), so the header is parsed once per run.
         """
-        if not subscribers():
+        if not (wants(FactKind.ATTEMPT_STARTED) or wants(FactKind.ATTEMPT_FINISHED)):
             return None
         request = task.request
         facts = cls(str(task.name), attempt)

@@ -30,7 +30,7 @@ from xsm_celery.errors import (
     StoreUnavailableError,
     XsmError,
 )
-from xsm_celery.hooks import FactKind, emit, subscribers
+from xsm_celery.hooks import FactKind, emit, wants
 from xsm_celery.patterns.dead_letter import DeadLetter, DeadLetterReason
 from xsm_celery.patterns.error_chain import error_entry
 from xsm_celery.persistence.idempotency import AdmissionKind
@@ -135,7 +135,7 @@ class Handling:
         except Exception as exc:
             self._release()
             outcome = self._failed(exc)
-        if subscribers():
+        if wants(FactKind.DISPATCH_OUTCOME):
             self._report(outcome, time.perf_counter() - started)
         return self.env_id, outcome
 

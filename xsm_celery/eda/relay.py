@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from xsm_celery.eda.broker import BatchPublisher, BrokerAdapter, SyncBrokerAdapter, maybe_await
 from xsm_celery.errors import ConfigurationError
-from xsm_celery.hooks import FactKind, emit, subscribers
+from xsm_celery.hooks import FactKind, emit, wants
 from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, OutboxRecord, OutboxStore
 
 __all__ = ["DEFAULT_BATCH", "OutboxRelay"]
@@ -42,7 +42,7 @@ def _runs(rows: Sequence[OutboxRecord]) -> list[list[OutboxRecord]]:
 
 def _report(run: Sequence[OutboxRecord]) -> None:
     """One ``OUTBOX_RELAYED`` fact per published run of one topic, with the rows' traces."""
-    if subscribers():
+    if wants(FactKind.OUTBOX_RELAYED):
         parents = tuple(str(r.envelope.extensions.get("traceparent") or "") for r in run)
         emit(FactKind.OUTBOX_RELAYED, topic=run[0].topic, rows=len(run), traceparents=parents)
 

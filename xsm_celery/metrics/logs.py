@@ -48,6 +48,9 @@ def log_fields(kind: FactKind, fields: Mapping[str, object]) -> dict[str, Any]:
 class FactLogger:
     """Write the facts of ``_MESSAGES`` to the ``xsm_celery.facts`` logger."""
 
+    #: The kinds it logs: subscribe it to these only (``hooks.subscribe(handle, KINDS)``).
+    KINDS = frozenset(_MESSAGES)
+
     def __init__(self, logger: logging.Logger | None = None) -> None:
         self.logger = logger or logging.getLogger(LOGGER_NAME)
 
@@ -71,5 +74,5 @@ class FactLogger:
 def install_logging(logger: logging.Logger | None = None) -> FactLogger:
     """Create the fact logger and subscribe it; return it."""
     fact_logger = FactLogger(logger)
-    subscribe(fact_logger.handle)
+    subscribe(fact_logger.handle, FactLogger.KINDS)
     return fact_logger
