@@ -37,10 +37,24 @@ inflation of Python calls. Where the time went, 1,500 tasks each, solo worker, R
   marker (2% of the samples) and the two facts. Fails once, both tasks pay the same
   ``handle_retry`` (the copy of ``trace_task``'s positions does not shrink) and the same
   republish, so the chart's remaining own cost, the engine restoring and stepping the chart
-  (about 5% of the worker), is what separates them; beating ``autoretry_for`` by 15% would
-  need the chart to skip Celery's tracer or its republish, which the visible retry needs.
-  Measured after (best of 3-5, load 4-7): succeeds at once 103-129% of the plain task (CPU
-  per task 101%), fails once 82-90% of ``autoretry_for`` (CPU per task 88%).
+  (about 5% of the worker), is what separates them. Measured then (best of 3-5, load 4-7):
+  succeeds at once 103-129% of the plain task (CPU per task 101%), fails once 82-90% of
+  ``autoretry_for`` (CPU per task 88%).
+* Then (cProfile, CPU clock, 1,000 fail-once tasks on a quiet machine): Celery's retry
+  (``Task.retry`` -> ``send_task`` -> kombu's ``_put``, which builds a redis-py client and its
+  case-insensitive callback table per publish) was 19% of the chart task's worker and
+  ``handle_retry`` 8%, the same calls ``autoretry_for`` makes; the chart's own run 12%: the
+  retry's restore and step 3.4%, the first failure's interpreter 2.3%, the attempt facts
+  (built for the status board and fact logger, which read none of them) 1.5%. Changed: a
+  retry of the shipped chart whose header has the shape the chart wrote for that attempt
+  runs the function before any interpreter (the engine shows at bind time that a success
+  from each such snapshot ends the chart, ``machine.first_attempt``); subscribers name the
+  fact kinds they read and a run builds attempt facts only when someone does
+  (``hooks.wants``). Measured after (best of 5, one other job running): succeeds at once
+  105% (median 93%, CPU per task 97%), fails once 111% (median 107%, CPU per task 104%).
+  What is left of the chart's own cost on a fail-once task is the first failure (an
+  interpreter, the error chain, one snapshot dump) and the marker: 1.15x would need the
+  chart to skip Celery's republish or its ``handle_retry``, which the visible retry needs.
 * Under cProfile pure-Python work is inflated against syscalls, so the chart looks better
   there than on the wall clock; the table below is the wall clock, best and median of five.
 """
