@@ -11,6 +11,7 @@ import pytest
 from tests.eda.outbox_contract import FakeClock
 from xsm_celery.eda import (
     BrokerPublishError,
+    BrokerUnavailableError,
     Envelope,
     FakeBrokerAdapter,
     MemoryOutboxStore,
@@ -89,7 +90,7 @@ def test_failed_publish_keeps_the_row_and_releases_the_rest() -> None:
     def flaky(topic: str, env: Envelope) -> None:
         calls["n"] += 1
         if calls["n"] == 3:
-            raise BrokerPublishError("broker down")
+            raise BrokerUnavailableError("broker down")
         original(topic, env)
 
     broker.publish = flaky  # type: ignore[method-assign]
