@@ -51,7 +51,7 @@ def _is_outage_type(exc: BaseException) -> bool:
         # Our own errors say what they are: anything but the two above is a refusal.
         return False
     # ConnectionRefusedError, TimeoutError (asyncio's too), socket.gaierror, ssl errors...
-    return isinstance(exc, OSError | _driver_outage_types())
+    return isinstance(exc, (OSError, *_driver_outage_types()))
 
 
 def is_broker_outage(exc: BaseException) -> bool:
