@@ -277,6 +277,31 @@ def test_the_outbox_page_shows_backlog_age_and_leases(app: Any) -> None:
     assert "&quot;type&quot;: &quot;order.paid&quot;" in detail.content.decode()
 
 
+def test_the_outbox_page_shows_failed_rows_apart(app: Any) -> None:
+    """A row set aside after refusals is 'failed', counted apart, filtered, with its error."""
+    from xsm_celery.django.stores import DjangoOutboxStore
+    from xsm_celery.eda import Envelope
+
+    outbox = DjangoOutboxStore()
+    seqs = [outbox.add("orders", Envelope.new(type="order.paid", subject=f"o-{n}"))
+            for n in range(3)]
+    outbox.claim(limit=1, owner="relay-a", lease_s=60)
+    outbox.record_refusal(seqs[0], "relay-a", "PreconditionFailed: inequivalent arg",
+                          max_attempts=1)
+    client = login("ana", superuser=True)
+    url = reverse("admin:xsm_celery_outboxmessage_changelist")
+    page = client.get(url).content.decode()
+    assert '<strong id="xsm-pending">2</strong>' in page
+    assert '<strong id="xsm-failed">1</strong>' in page
+    failed = client.get(url, {"status": "failed"}).content.decode()
+    assert failed.count("order.paid") == 1
+    assert ">failed<" in failed
+    pending = client.get(url, {"status": "pending"}).content.decode()
+    assert pending.count("order.paid") == 2
+    detail = client.get(reverse("admin:xsm_celery_outboxmessage_change", args=[seqs[0]]))
+    assert "PreconditionFailed: inequivalent arg" in detail.content.decode()
+
+
 def test_the_other_tables_are_listed_read_only(app: Any) -> None:
     """Audit trail, inbox, snapshots and timers list their rows and offer no add button."""
     from xsm_celery.django.stores import DjangoInbox, DjangoSnapshotStore, DjangoTimerStore

@@ -72,19 +72,23 @@ class AuditEntryAdmin(ReadOnlyAdmin):
 
 
 class OutboxStatusFilter(admin.SimpleListFilter):
-    """Pending, sent, or pending under a relay's live lease."""
+    """Pending, sent, pending under a relay's live lease, or failed (set aside)."""
 
     title = _("status")
     parameter_name = "status"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
-        return [("pending", _("Pending")), ("leased", _("Under lease")), ("sent", _("Sent"))]
+        return [("pending", _("Pending")), ("leased", _("Under lease")), ("sent", _("Sent")),
+                ("failed", _("Failed"))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        pending = queryset.filter(sent_at__isnull=True, failed_at__isnull=True)
         if self.value() == "pending":
-            return queryset.filter(sent_at__isnull=True)
+            return pending
         if self.value() == "leased":
-            return queryset.filter(sent_at__isnull=True, claimed_until__gt=time.time())
+            return pending.filter(claimed_until__gt=time.time())
+        if self.value() == "failed":
+            return queryset.filter(sent_at__isnull=True, failed_at__isnull=False)
         if self.value() == "sent":
             return queryset.filter(sent_at__isnull=False)
         return queryset
@@ -94,8 +98,8 @@ class OutboxStatusFilter(admin.SimpleListFilter):
 class OutboxMessageAdmin(ReadOnlyAdmin):
     """Outbox rows, with the backlog figures the seed's operations table alerts on."""
 
-    list_display = ("seq", "event_type", "topic", "subject", "status", "age", "claimed_by",
-                    "lease_left")
+    list_display = ("seq", "event_type", "topic", "subject", "status", "attempts", "age",
+                    "claimed_by", "lease_left")
     list_filter = (OutboxStatusFilter, "topic")
     search_fields = ("envelope_id", "subject", "event_type")
     readonly_fields = ("envelope_json",)
@@ -109,6 +113,8 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
     def status(self, obj: OutboxMessage) -> str:
         if obj.sent_at is not None:
             return str(_("sent"))
+        if obj.failed_at is not None:
+            return str(_("failed"))
         if obj.claimed_until is not None and obj.claimed_until > time.time():
             return str(_("leased"))
         return str(_("pending"))
@@ -146,15 +152,16 @@ def _pre_json(text: str) -> SafeString:
 
 
 def outbox_stats(rows: QuerySet[OutboxMessage]) -> dict[str, Any]:
-    """Pending, sent and leased counts, and the age of the oldest pending row."""
+    """Pending, sent, leased and failed counts, and the age of the oldest pending row."""
     now = time.time()
-    pending = rows.filter(sent_at__isnull=True)
+    pending = rows.filter(sent_at__isnull=True, failed_at__isnull=True)
     oldest = pending.aggregate(oldest=Min("created_at"))["oldest"]
     oldest_created = pending.aggregate(oldest=Min("created"))["oldest"]
     return {
         "pending": pending.count(),
         "sent": rows.filter(sent_at__isnull=False).count(),
         "leased": pending.filter(claimed_until__gt=now).count(),
+        "failed": rows.filter(sent_at__isnull=True, failed_at__isnull=False).count(),
         "oldest_pending_s": None if oldest is None else max(0.0, now - oldest),
         "oldest_pending_age": "" if oldest_created is None else timesince(oldest_created),
     }
