@@ -291,7 +291,17 @@ class KombuBrokerAdapter:
         with self._pub_lock:
             for attempt in range(self.retries + 1):
                 try:
-                    action(self._ensure_producer())
+                    producer = self._ensure_producer()
+                except lost as exc:
+                    # ensure_connection spent the reconnects already: the broker is away.
+                    self._reset_producer()
+                    raise BrokerUnavailableError(
+                        f"publish to {topic!r} failed: no connection after {self.retries} "
+                        f"reconnect(s): {exc}; the broker is unreachable, so the caller keeps "
+                        "the envelope (an outbox row stays pending)"
+                    ) from exc
+                try:
+                    action(producer)
                     return
                 except lost as exc:
                     self._reset_producer()
