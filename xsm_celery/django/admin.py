@@ -1,16 +1,17 @@
 """Admin registrations: dead letters (triage), audit trail, outbox, inbox, snapshots, timers.
 
-Everything but the dead-letter actions is read-only: these tables are written by workers,
-relays and scanners, and an edit by hand would break what they rely on.
+Everything but the dead-letter actions (and requeueing a failed outbox row) is read-only:
+these tables are written by workers, relays and scanners, and an edit by hand would break
+what they rely on.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db.models import Min, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html
@@ -42,6 +43,9 @@ __all__ = [
     "OutboxMessageAdmin",
     "WorkflowInstanceAdmin",
 ]
+
+#: The audit action of a failed outbox row made pending again from the admin.
+REQUEUE_OUTBOX_ACTION = "requeue_outbox"
 
 admin.site.register(DeadLetterRecord, DeadLetterRecordAdmin)
 fleet_admin.register(admin.site)
@@ -105,6 +109,7 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
     readonly_fields = ("envelope_json",)
     exclude = ("envelope",)
     change_list_template = "admin/xsm_celery/outboxmessage/change_list.html"
+    actions = ("requeue_failed",)
 
     class Media:
         css: ClassVar[dict[str, tuple[str, ...]]] = {"all": ("xsm_celery/admin.css",)}
@@ -118,6 +123,29 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
         if obj.claimed_until is not None and obj.claimed_until > time.time():
             return str(_("leased"))
         return str(_("pending"))
+
+    def has_requeue_permission(self, request: HttpRequest) -> bool:
+        """Requeueing changes rows: it needs the model's change permission."""
+        return bool(cast(Any, request.user).has_perm("xsm_celery.change_outboxmessage"))
+
+    @admin.action(description=_("Requeue selected failed rows"), permissions=["requeue"])
+    def requeue_failed(self, request: HttpRequest, queryset: QuerySet[OutboxMessage]) -> None:
+        """Make failed rows pending again (attempts reset), once their cause is fixed; audited."""
+        from xsm_celery.django._dates import to_datetime
+        from xsm_celery.django.stores import DjangoOutboxStore
+
+        store = DjangoOutboxStore(using=queryset.db)
+        failed = queryset.filter(sent_at__isnull=True, failed_at__isnull=False)
+        done = [seq for seq in failed.values_list("seq", flat=True) if store.requeue(seq)]
+        now, actor = time.time(), str(request.user.get_username()) or "anonymous"
+        AuditEntry.objects.using(queryset.db).bulk_create(
+            AuditEntry(record_id=f"outbox:{seq}", action=REQUEUE_OUTBOX_ACTION, actor=actor,
+                       reason="requeued from the admin", outcome="pending again, attempts 0",
+                       at=now, created=to_datetime(now))
+            for seq in done
+        )  # fmt: skip
+        level = messages.SUCCESS if done else messages.WARNING
+        self.message_user(request, _("%(n)d failed row(s) requeued.") % {"n": len(done)}, level)
 
     @admin.display(description=_("age"), ordering="-created_at")
     def age(self, obj: OutboxMessage) -> str:
