@@ -44,7 +44,8 @@ uses) to catch everything the library raises on purpose. The tree::
         - EnvelopeCorruptError
         - EnvelopeTooLargeError
       - BrokerError
-        - BrokerPublishError
+        - BrokerPublishError: the broker (or adapter) refused one message; counted
+          - BrokerUnavailableError: the broker is down or unreachable; retried, not counted
       - ReplayRefusedError
       - ConfigurationError (also a ValueError): a setting, option or argument that cannot work
         - ArgumentTypeError (also a TypeError): one of the wrong type
@@ -65,6 +66,7 @@ __all__ = [
     "AsyncServiceError",
     "BrokerError",
     "BrokerPublishError",
+    "BrokerUnavailableError",
     "BulkheadRejectedError",
     "ChartError",
     "ChoreographyUnsettledError",
@@ -473,7 +475,20 @@ class BrokerError(XsmError):
 
 
 class BrokerPublishError(BrokerError):
-    """Raised when a publish was not accepted; the outbox keeps the row."""
+    """Raised when a publish was not accepted; the outbox keeps the row.
+
+    Raised as is, it means the broker or the adapter refused that message (a negative
+    confirm, a declare the broker rejects, an envelope over the size cap): retrying the
+    same row fails the same way, so the relay counts it and sets the row aside after
+    ``max_attempts``.
+    """
+
+
+class BrokerUnavailableError(BrokerPublishError):
+    """Raised when the broker is down or unreachable; the relay retries without counting.
+
+    Nothing is wrong with the message, so no row is ever set aside because of an outage.
+    """
 
 
 class ReplayRefusedError(XsmError):

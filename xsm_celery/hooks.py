@@ -48,6 +48,9 @@ class FactKind(enum.Enum):
     TIMER_SCHEDULED = "timer_scheduled"
     TIMER_FIRED = "timer_fired"
     OUTBOX_RELAYED = "outbox_relayed"
+    #: The broker refused an outbox row ``max_attempts`` times; it is set aside as failed
+    #: (fields topic, seq, envelope_id, attempts, error_type) and later rows go on.
+    OUTBOX_ROW_FAILED = "outbox_row_failed"
     DISPATCH_OUTCOME = "dispatch_outcome"
     WORKFLOW_STEP = "workflow_step"
     WORKFLOW_STEP_FAILED = "workflow_step_failed"

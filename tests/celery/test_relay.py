@@ -13,7 +13,7 @@ from celery import Celery
 from xsm_celery.celery import RELAY_OUTBOX_TASK, Xsm
 from xsm_celery.celery.relay import install_relay, relay_for, relay_outbox, relay_pending
 from xsm_celery.eda import Envelope, MemoryOutboxStore, SyncFakeBrokerAdapter, new_id
-from xsm_celery.errors import ConfigurationError
+from xsm_celery.errors import BrokerPublishError, ConfigurationError
 from xsm_celery.kombu import KombuBrokerAdapter
 from xsm_celery.sqlalchemy import SQLAlchemyOutboxStore
 
@@ -75,6 +75,22 @@ def test_failed_publish_keeps_rows_for_the_next_run() -> None:
         relay_pending(app)
     assert outbox.count(pending_only=True) == 4
     assert relay_pending(app) == 4
+
+
+def test_max_attempts_sets_a_refused_row_aside_and_the_run_goes_on() -> None:
+    """install_relay(max_attempts=...) reaches the relay: a refused row is failed, the rest sent."""
+    app = _app()
+    outbox, broker = MemoryOutboxStore(), SyncFakeBrokerAdapter()
+    sent = _envs(3)
+    for env in sent:
+        outbox.add("orders", env)
+    install_relay(app, outbox, broker=broker, max_attempts=1)
+    broker.fail_next_publish(BrokerPublishError("the broker refused the message"))
+    assert relay_pending(app) == 2
+    assert [e.id for e in broker.published_on("orders")] == [e.id for e in sent[1:]]
+    assert [f.envelope.id for f in outbox.failed()] == [sent[0].id]
+    with pytest.raises(ConfigurationError, match="max_attempts"):
+        install_relay(app, outbox, broker=broker, max_attempts=0)
 
 
 def test_max_batches_bounds_one_run() -> None:

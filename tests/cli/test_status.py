@@ -57,6 +57,22 @@ def test_tables_name_each_part(tmp_path: Path) -> None:
     assert "durable timers" in result.output
 
 
+def test_failed_outbox_rows_are_shown_apart_from_the_backlog(tmp_path: Path) -> None:
+    """A row set aside after refusals is counted as failed, not pending, in both outputs."""
+    dlq, timers, outbox = _stores(tmp_path)
+    store = SQLAlchemyOutboxStore(outbox)
+    store.add("orders", Envelope.new(type="order.paid", subject="bad"))
+    [_, bad] = store.claim(2, "relay-a", 30)
+    store.release([bad.seq - 1], "relay-a")
+    assert store.record_refusal(bad.seq, "relay-a", "PreconditionFailed", max_attempts=1) == 1
+    args = ["status", "--dlq", dlq, "--timers", timers, "--outbox", outbox]
+    report = json.loads(CliRunner().invoke(cli, [*args, "--json"]).output)
+    assert (report["outbox"]["pending"], report["outbox"]["failed"]) == (1, 1)
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "failed outbox rows" in result.output
+
+
 def test_a_missing_store_file_is_refused(tmp_path: Path) -> None:
     """A dead-letter URL naming no file is a one-line refusal with exit status 2."""
     result = CliRunner().invoke(cli, ["status", "--dlq", f"sqlite:///{tmp_path / 'no.db'}"])

@@ -272,9 +272,60 @@ def test_the_outbox_page_shows_backlog_age_and_leases(app: Any) -> None:
     assert "relay-a" in page
     leased = client.get(reverse("admin:xsm_celery_outboxmessage_changelist"),
                         {"status": "leased"}).content.decode()
-    assert leased.count("order.paid") == 1
+    assert leased.count('class="field-event_type">order.paid<') == 1
     detail = client.get(reverse("admin:xsm_celery_outboxmessage_change", args=[seqs[1]]))
     assert "&quot;type&quot;: &quot;order.paid&quot;" in detail.content.decode()
+
+
+def test_the_outbox_page_shows_failed_rows_apart(app: Any) -> None:
+    """A row set aside after refusals is 'failed', counted apart, filtered, with its error."""
+    from xsm_celery.django.stores import DjangoOutboxStore
+    from xsm_celery.eda import Envelope
+
+    outbox = DjangoOutboxStore()
+    seqs = [outbox.add("orders", Envelope.new(type="order.paid", subject=f"o-{n}"))
+            for n in range(3)]
+    outbox.claim(limit=1, owner="relay-a", lease_s=60)
+    outbox.record_refusal(seqs[0], "relay-a", "PreconditionFailed: inequivalent arg",
+                          max_attempts=1)
+    client = login("ana", superuser=True)
+    url = reverse("admin:xsm_celery_outboxmessage_changelist")
+    page = client.get(url).content.decode()
+    assert '<strong id="xsm-pending">2</strong>' in page
+    assert '<strong id="xsm-failed">1</strong>' in page
+    failed = client.get(url, {"status": "failed"}).content.decode()
+    assert failed.count('class="field-event_type">order.paid<') == 1
+    assert ">failed<" in failed
+    pending = client.get(url, {"status": "pending"}).content.decode()
+    assert pending.count('class="field-event_type">order.paid<') == 2
+    detail = client.get(reverse("admin:xsm_celery_outboxmessage_change", args=[seqs[0]]))
+    assert "PreconditionFailed: inequivalent arg" in detail.content.decode()
+
+
+def test_a_failed_outbox_row_is_requeued_from_the_admin_and_audited(app: Any) -> None:
+    """The requeue action needs the change permission, makes the row pending, audits it."""
+    from xsm_celery.django.stores import DjangoOutboxStore
+    from xsm_celery.eda import Envelope
+
+    outbox = DjangoOutboxStore()
+    seqs = [outbox.add("orders", Envelope.new(type="order.paid", subject=f"o-{n}"))
+            for n in range(2)]
+    outbox.claim(limit=2, owner="relay-a", lease_s=60)
+    outbox.record_refusal(seqs[0], "relay-a", "refused", max_attempts=1)
+    url = reverse("admin:xsm_celery_outboxmessage_changelist")
+    form = {"action": "requeue_failed", "_selected_action": [str(s) for s in seqs]}
+    viewer = login("viewer", "view_outboxmessage")
+    assert "requeue_failed" not in viewer.get(url).content.decode()
+    viewer.post(url, form)
+    assert outbox.count(failed_only=True) == 1, "view permission alone changes nothing"
+    operator = login("ops", "view_outboxmessage", "change_outboxmessage")
+    assert "requeue_failed" in operator.get(url).content.decode()
+    page = operator.post(url, form, follow=True).content.decode()
+    assert "1 failed row(s) requeued." in page
+    assert outbox.count(failed_only=True) == 0
+    assert [r.seq for r in outbox.pending()] == seqs
+    [entry] = AuditEntry.objects.filter(action="requeue_outbox")
+    assert (entry.record_id, entry.actor) == (f"outbox:{seqs[0]}", "ops")
 
 
 def test_the_other_tables_are_listed_read_only(app: Any) -> None:

@@ -157,6 +157,21 @@ def test_relay_publishes_pending_rows_and_marks_them_sent(app: Any) -> None:
     assert outbox.count(pending_only=True) == 0
 
 
+def test_relay_sets_a_refused_row_aside_and_says_so(app: Any) -> None:
+    """With --max-attempts 1 a row the broker refuses is failed and the rest go out."""
+    from xsm_celery.errors import BrokerPublishError
+
+    outbox = DjangoOutboxStore()
+    envs = [Envelope.new(type="order.paid", subject=f"o-{n}") for n in range(3)]
+    for env in envs:
+        outbox.add("orders", env)
+    BROKER.fail_next_publish(BrokerPublishError("the broker refused the message"))
+    output = run("xsm_relay", "--owner", "test", "--max-attempts", "1")
+    assert "relayed 2 row(s); 0 pending, 1 failed" in output
+    assert [e.id for e in BROKER.published_on("orders")][-2:] == [e.id for e in envs[1:]]
+    assert [f.envelope.id for f in outbox.failed()] == [envs[0].id]
+
+
 def test_relay_refuses_bad_options(app: Any) -> None:
     """A non-positive batch is refused input."""
     assert refused("xsm_relay", "--batch", "-1").returncode == 2

@@ -63,6 +63,32 @@ def test_old_table_gains_the_lease_columns(tmp_path: Path) -> None:
     assert len(outbox.claim(1, "a", 30)) == 1
 
 
+def test_table_of_the_lease_version_gains_the_refusal_columns(tmp_path: Path) -> None:
+    """A database made before refusals were counted keeps its rows and gains the columns."""
+    path = tmp_path / "leases.db"
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "CREATE TABLE xsm_outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL, "
+        "topic TEXT NOT NULL, subject TEXT, envelope TEXT NOT NULL, created_at REAL NOT NULL, "
+        "sent_at REAL, claimed_by VARCHAR(128), claimed_until REAL)"
+    )
+    old = Envelope.new(type="x", subject="s", data={"n": 1})
+    conn.execute(
+        "INSERT INTO xsm_outbox (id, topic, subject, envelope, created_at) VALUES (?, ?, ?, ?, ?)",
+        (old.id, "t", old.subject, old.to_json(), 1.0),
+    )
+    conn.commit()
+    conn.close()
+    outbox = SQLiteOutboxStore(path)
+    assert {"attempts", "last_error", "failed_at"} <= outbox.db.columns("xsm_outbox")
+    assert outbox.count(pending_only=True) == 1
+    [row] = outbox.claim(5, "relay-a", 30)
+    assert row.envelope == old
+    assert outbox.record_refusal(row.seq, "relay-a", "refused", max_attempts=1) == 1
+    assert [f.envelope for f in outbox.failed()] == [old]
+    assert SQLiteOutboxStore(path).count(failed_only=True) == 1, "opening again changes nothing"
+
+
 def test_outbox_shares_the_snapshot_transaction(tmp_path: Path) -> None:
     """A row added inside the store's lock is rolled back with the snapshot."""
     store = SQLiteStore(tmp_path / "state.db")

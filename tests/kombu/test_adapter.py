@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 
 import pytest
@@ -10,7 +11,8 @@ from kombu import Connection, Producer
 
 from tests.kombu.private_redis import PrivateRedis
 from xsm_celery.eda import Envelope, new_id
-from xsm_celery.errors import BrokerPublishError, EnvelopeTooLargeError
+from xsm_celery.eda.outages import is_broker_outage
+from xsm_celery.errors import BrokerPublishError, BrokerUnavailableError, EnvelopeTooLargeError
 from xsm_celery.kombu import KombuBrokerAdapter, partition_of
 from xsm_celery.kombu.wire import ANONYMOUS, CONTENT_TYPE
 from xsm_celery.patterns.dead_letter import MemoryDeadLetterStore
@@ -211,12 +213,45 @@ def test_publish_survives_a_redis_restart(running_redis: PrivateRedis) -> None:
 
 
 def test_publish_to_a_dead_broker_raises_broker_publish_error(running_redis: PrivateRedis) -> None:
-    """When the broker stays down, publish raises BrokerPublishError naming the topic."""
+    """When the broker stays down, publish raises BrokerUnavailableError (an outage)."""
     with KombuBrokerAdapter(running_redis.url(5), retries=1) as adapter:
         adapter.publish("t", Envelope.new(type="t", subject="s"))
         running_redis.stop()
-        with pytest.raises(BrokerPublishError, match="'t'"):
+        with pytest.raises(BrokerUnavailableError, match="'t'") as info:
             adapter.publish("t", Envelope.new(type="t", subject="s"))
+        assert is_broker_outage(info.value)
+        with pytest.raises(BrokerUnavailableError, match="unreachable"):
+            adapter.publish_many("t", [Envelope.new(type="t", subject="s")] * 2)
+
+
+@pytest.mark.parametrize("scheme", ["redis", "amqp"])
+def test_a_broker_never_reached_is_an_outage_not_a_refusal(scheme: str) -> None:
+    """Connection refused on the first connect is BrokerUnavailableError, never a refusal."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"{scheme}://guest:guest@127.0.0.1:{port}/"
+    with KombuBrokerAdapter(url, retries=0) as adapter, pytest.raises(
+        BrokerUnavailableError, match="unreachable"
+    ) as info:
+        adapter.publish("t", Envelope.new(type="t", subject="s"))
+    assert is_broker_outage(info.value)
+
+
+def test_a_declare_rabbitmq_refuses_is_a_refusal(rabbitmq_url: str) -> None:
+    """PRECONDITION_FAILED on declare is plain BrokerPublishError: the relay counts it."""
+    topic = f"adapter-{new_id()}"
+    with KombuBrokerAdapter(rabbitmq_url, queue_type="classic") as classic:
+        classic.declare(topic)
+        try:
+            with KombuBrokerAdapter(rabbitmq_url) as quorum:
+                with pytest.raises(BrokerPublishError, match="PreconditionFailed") as info:
+                    quorum.publish(topic, Envelope.new(type="t", subject="s"))
+                assert not is_broker_outage(info.value)
+                quorum.publish(f"{topic}-ok", Envelope.new(type="t", subject="s"))
+                quorum.delete(f"{topic}-ok")
+        finally:
+            classic.delete(topic)
 
 
 def test_bad_options_are_refused() -> None:

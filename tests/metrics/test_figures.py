@@ -77,6 +77,24 @@ def test_sqlalchemy_outbox_oldest_pending(db_url: str) -> None:
     check_oldest_pending(SQLAlchemyOutboxStore(db_url, clock=wall), wall)
 
 
+def test_failed_outbox_rows_are_a_figure_and_a_gauge(db_url: str) -> None:
+    """A row set aside after refusals leaves the backlog and shows as xsm_outbox_failed_rows."""
+    from xsm_celery.metrics.collector import StoreFiguresCollector
+
+    outbox = SQLAlchemyOutboxStore(db_url)
+    for n in range(3):
+        outbox.add("orders", Envelope.new(type="order.paid", subject=f"o-{n}"))
+    bad = outbox.claim(1, "relay-a", 30)[0]
+    outbox.record_refusal(bad.seq, "relay-a", "refused", max_attempts=1)
+    figures = read_figures(Sources(outbox=outbox))
+    assert figures.outbox is not None
+    assert (figures.outbox.pending, figures.outbox.failed) == (2, 1)
+    gauges = {m.name: m.samples[0].value for m in StoreFiguresCollector(Sources(outbox=outbox))
+              .collect() if m.name.startswith("xsm_outbox")}  # fmt: skip
+    assert gauges["xsm_outbox_backlog"] == 2
+    assert gauges["xsm_outbox_failed_rows"] == 1
+
+
 def test_sqlalchemy_timers(db_url: str) -> None:
     """The SQLAlchemy timer store reports its count and earliest due time."""
     check_timers(SQLAlchemyTimerStore(db_url))

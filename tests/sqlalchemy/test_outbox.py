@@ -130,6 +130,41 @@ def test_older_table_gains_the_lease_columns(database: Database) -> None:  # noq
     assert len(outbox.claim(5, "relay-a", 30)) == 1
 
 
+def test_table_of_the_lease_version_gains_the_refusal_columns(
+    database: Database,  # noqa: F811
+) -> None:
+    """A table made before refusals were counted keeps its rows and gains the columns."""
+    db = database()
+    seq = "SERIAL PRIMARY KEY" if db.dialect == "postgresql" else "INTEGER PRIMARY KEY"
+    old = _env(1)
+    with db.engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                f"CREATE TABLE {OUTBOX_TABLE} (seq {seq}, id VARCHAR(64) NOT NULL,"
+                " topic VARCHAR(255) NOT NULL, subject VARCHAR(255), envelope TEXT NOT NULL,"
+                " created_at FLOAT NOT NULL, sent_at FLOAT, claimed_by VARCHAR(128),"
+                " claimed_until FLOAT)"
+            )
+        )
+        conn.execute(
+            sa.text(
+                f"INSERT INTO {OUTBOX_TABLE} (id, topic, subject, envelope, created_at)"
+                " VALUES (:id, 'orders', :subject, :envelope, 1.0)"
+            ),
+            {"id": old.id, "subject": old.subject, "envelope": old.to_json()},
+        )
+    with pytest.raises(StoreError, match="attempts INTEGER NOT NULL DEFAULT 0"):
+        SQLAlchemyOutboxStore(db, create_table=False)
+    outbox = SQLAlchemyOutboxStore(db)
+    assert outbox.count(pending_only=True) == 1
+    [row] = outbox.claim(5, "relay-a", 30)
+    assert row.envelope == old
+    assert outbox.record_refusal(row.seq, "relay-a", "refused", max_attempts=2) == 1
+    outbox.add("orders", _env(2))
+    assert len(outbox.claim(5, "relay-a", 30)) == 2, "new rows get attempts 0 from the default"
+    assert SQLAlchemyOutboxStore(db, create_table=False).count(pending_only=True) == 2
+
+
 def test_add_refuses_a_non_envelope(database: Database) -> None:  # noqa: F811
     """add() takes Envelope objects only."""
     with pytest.raises(TypeError):

@@ -30,7 +30,7 @@ from xsm_celery.celery import setting_checks
 from xsm_celery.celery.app import RELAY_OUTBOX_TASK
 from xsm_celery.celery.django_stores import is_django_url, open_django_store
 from xsm_celery.celery.settings import register_keys
-from xsm_celery.eda.relay import DEFAULT_BATCH, OutboxRelay
+from xsm_celery.eda.relay import DEFAULT_BATCH, DEFAULT_MAX_ATTEMPTS, OutboxRelay
 from xsm_celery.errors import ConfigurationError
 from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S
 
@@ -57,6 +57,7 @@ _KEYS = {
     "xsm_relay_batch": "batch",
     "xsm_relay_lease_s": "lease_s",
     "xsm_relay_max_batches": "max_batches",
+    "xsm_relay_max_attempts": "max_attempts",
     "xsm_relay_owner": "owner",
     "xsm_event_partitions": "partitions",
 }
@@ -68,6 +69,7 @@ register_keys(
         "xsm_relay_batch": lambda k, v: setting_checks.count(k, v, high=100_000),
         "xsm_relay_lease_s": setting_checks.seconds,
         "xsm_relay_max_batches": lambda k, v: setting_checks.count(k, v, high=100_000),
+        "xsm_relay_max_attempts": lambda k, v: setting_checks.count(k, v, high=100_000),
         "xsm_relay_owner": setting_checks.text,
         "xsm_event_partitions": lambda k, v: setting_checks.count(k, v, high=4096),
     },
@@ -83,6 +85,7 @@ class RelayConfig:
     batch: int = DEFAULT_RELAY_BATCH
     lease_s: float = DEFAULT_CLAIM_LEASE_S
     max_batches: int = DEFAULT_MAX_BATCHES
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
     owner: str | None = None
     partitions: int = 1
 
@@ -100,14 +103,15 @@ def install_relay(app: Any, outbox: Any, *, broker: Any = None, **options: Any) 
         outbox: An ``OutboxStore`` (shared with the snapshot store that writes it) or a
             SQLAlchemy URL opened with ``SQLAlchemyOutboxStore``.
         broker: A ``SyncBrokerAdapter`` or a broker URL; the app's broker by default.
-        options: ``batch``, ``lease_s``, ``max_batches``, ``owner``, ``partitions``
-            (must match the consumers' ``partitions``).
+        options: ``batch``, ``lease_s``, ``max_batches``, ``max_attempts`` (refusals of
+            one row before it is set aside as failed), ``owner``, ``partitions`` (must
+            match the consumers' ``partitions``).
     """
     unknown = sorted(set(options) - set(RelayConfig.__dataclass_fields__))
     if unknown:
         raise ConfigurationError(
             f"install_relay() got unknown option(s) {', '.join(unknown)}; valid ones are "
-            "batch, lease_s, max_batches, owner, partitions"
+            "batch, lease_s, max_batches, max_attempts, owner, partitions"
         )
     config = RelayConfig(outbox=outbox, broker=broker, **options)
     _check(config)
@@ -144,7 +148,7 @@ def _config(app: Any) -> RelayConfig:
 
 
 def _check(config: RelayConfig) -> None:
-    for name in ("batch", "max_batches", "partitions"):
+    for name in ("batch", "max_batches", "max_attempts", "partitions"):
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigurationError(f"relay option {name}={value!r} must be an integer >= 1")
@@ -184,7 +188,14 @@ def _build(app: Any, config: RelayConfig) -> OutboxRelay:
         target = broker if isinstance(broker, str) else app.connection_for_write()
         broker = KombuBrokerAdapter(target, partitions=config.partitions)
     owner = config.owner or f"{socket.gethostname()}:{os.getpid()}"
-    return OutboxRelay(outbox, broker, batch=config.batch, owner=owner, lease_s=config.lease_s)
+    return OutboxRelay(
+        outbox,
+        broker,
+        batch=config.batch,
+        owner=owner,
+        lease_s=config.lease_s,
+        max_attempts=config.max_attempts,
+    )
 
 
 def relay_pending(app: Any) -> int:

@@ -60,6 +60,8 @@ def render_figures(console: Console, figures: Figures) -> None:
         if figures.outbox is not None:
             table.add_row("outbox rows", str(figures.outbox.pending),
                           _age(figures.outbox.oldest_age_s), "")  # fmt: skip
+            if figures.outbox.failed:
+                table.add_row("failed outbox rows (requeue)", str(figures.outbox.failed), "", "")
         if figures.timers is not None:
             timers = figures.timers
             table.add_row("durable timers", str(timers.pending), _age(timers.lag_s),

@@ -14,15 +14,22 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from django.db import connections, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 
 from xsm_celery.django._base import DjangoStoreBase
 from xsm_celery.django._dates import to_datetime
 from xsm_celery.django._errors import store_errors
+from xsm_celery.eda.outbox_store import check_refusal
 from xsm_celery.errors import ConfigurationError
-from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, OutboxRecord
+from xsm_celery.persistence.protocols import (
+    DEFAULT_CLAIM_LEASE_S,
+    FailedOutboxRecord,
+    OutboxRecord,
+)
 
 if TYPE_CHECKING:
+    from django.db.models import QuerySet
+
     from xsm_celery.django.models import OutboxMessage
     from xsm_celery.eda.envelope import Envelope
 
@@ -55,7 +62,7 @@ class DjangoOutboxStore(DjangoStoreBase):
 
     def pending(self, limit: int = 100) -> builtins.list[OutboxRecord]:
         """Up to ``limit`` unsent rows in sequence order, leased or not."""
-        rows = _model().objects.using(self.using).filter(sent_at__isnull=True).order_by("seq")
+        rows = self._pending().order_by("seq")
         with store_errors("pending", self.using):
             return [_record(row) for row in rows[: _limit(limit)]]
 
@@ -76,7 +83,7 @@ class DjangoOutboxStore(DjangoStoreBase):
         now = self._wall()
         until = now + lease_s
         free = Q(claimed_until__isnull=True) | Q(claimed_until__lte=now) | Q(claimed_by=owner)
-        rows = _model().objects.using(self.using).filter(free, sent_at__isnull=True)
+        rows = self._pending().filter(free)
         with store_errors("claim", self.using), transaction.atomic(using=self.using):
             candidates = rows.order_by("seq")
             if connections[self.using].features.has_select_for_update_skip_locked:
@@ -114,19 +121,63 @@ class DjangoOutboxStore(DjangoStoreBase):
             deleted, _ = rows.delete()
         return deleted
 
-    def count(self, *, pending_only: bool = False) -> int:
-        """How many rows the outbox holds (only unsent ones with ``pending_only``)."""
+    def count(self, *, pending_only: bool = False, failed_only: bool = False) -> int:
+        """How many rows the outbox holds (only pending or only failed ones if asked)."""
         rows = _model().objects.using(self.using)
-        if pending_only:
-            rows = rows.filter(sent_at__isnull=True)
+        if failed_only:
+            rows = self._failed()
+        elif pending_only:
+            rows = self._pending()
         with store_errors("count", self.using):
             return int(rows.count())
 
+    def record_refusal(self, seq: int, owner: str, error: str, *, max_attempts: int) -> int:
+        """Count one refusal of ``owner``'s row ``seq``; fail it at ``max_attempts``.
+
+        The count is an ``UPDATE ... SET attempts = attempts + 1`` that re-checks the lease,
+        so two relays never both count one refusal.
+        """
+        text = check_refusal(owner, error, max_attempts)
+        now = self._wall()
+        mine = self._pending().filter(seq=seq, claimed_by=owner)
+        with store_errors("record_refusal", self.using), transaction.atomic(using=self.using):
+            if not mine.update(attempts=F("attempts") + 1, last_error=text, claimed_by=None,
+                               claimed_until=None):
+                return 0
+            rows = _model().objects.using(self.using).filter(seq=seq)
+            attempts = int(rows.values_list("attempts", flat=True)[0])
+            if attempts >= max_attempts:
+                rows.update(failed_at=now)
+        return attempts
+
+    def failed(self, limit: int = 100) -> builtins.list[FailedOutboxRecord]:
+        """Up to ``limit`` failed rows in sequence order."""
+        rows = self._failed().order_by("seq")
+        with store_errors("failed", self.using):
+            return [_failed_record(row) for row in rows[: _limit(limit)]]
+
+    def requeue(self, seq: int) -> bool:
+        """Make failed row ``seq`` pending again with its attempts reset."""
+        with store_errors("requeue", self.using):
+            return bool(self._failed().filter(seq=seq).update(attempts=0, failed_at=None))
+
+    def _pending(self) -> QuerySet[OutboxMessage]:
+        """Rows the relay may publish: not sent, not set aside as failed."""
+        return _model().objects.using(self.using).filter(
+            sent_at__isnull=True, failed_at__isnull=True
+        )
+
+    def _failed(self) -> QuerySet[OutboxMessage]:
+        """Rows set aside after ``max_attempts`` refusals and not sent by hand since."""
+        return _model().objects.using(self.using).filter(
+            sent_at__isnull=True, failed_at__isnull=False
+        )
+
     def oldest_pending_at(self) -> float | None:
-        """When the oldest unsent row was added (epoch s), or None when none waits."""
+        """When the oldest pending row was added (epoch s), or None when none waits."""
         from django.db.models import Min
 
-        rows = _model().objects.using(self.using).filter(sent_at__isnull=True)
+        rows = self._pending()
         with store_errors("oldest_pending_at", self.using):
             value = rows.aggregate(oldest=Min("created_at"))["oldest"]
         return None if value is None else float(value)
@@ -142,6 +193,14 @@ def _limit(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
         raise ConfigurationError(f"limit must be an integer >= 0, got {limit!r}")
     return limit
+
+
+def _failed_record(row: OutboxMessage) -> FailedOutboxRecord:
+    seq, topic, envelope = _record(row)
+    error = row.last_error or ""
+    return FailedOutboxRecord(
+        seq, topic, envelope, int(row.attempts), error, float(row.failed_at or 0.0)
+    )
 
 
 def _record(row: OutboxMessage) -> OutboxRecord:

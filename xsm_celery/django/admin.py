@@ -1,16 +1,17 @@
 """Admin registrations: dead letters (triage), audit trail, outbox, inbox, snapshots, timers.
 
-Everything but the dead-letter actions is read-only: these tables are written by workers,
-relays and scanners, and an edit by hand would break what they rely on.
+Everything but the dead-letter actions (and requeueing a failed outbox row) is read-only:
+these tables are written by workers, relays and scanners, and an edit by hand would break
+what they rely on.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db.models import Min, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html
@@ -43,6 +44,9 @@ __all__ = [
     "WorkflowInstanceAdmin",
 ]
 
+#: The audit action of a failed outbox row made pending again from the admin.
+REQUEUE_OUTBOX_ACTION = "requeue_outbox"
+
 admin.site.register(DeadLetterRecord, DeadLetterRecordAdmin)
 fleet_admin.register(admin.site)
 admin.site.register(WorkflowInstance, WorkflowInstanceAdmin)
@@ -72,19 +76,23 @@ class AuditEntryAdmin(ReadOnlyAdmin):
 
 
 class OutboxStatusFilter(admin.SimpleListFilter):
-    """Pending, sent, or pending under a relay's live lease."""
+    """Pending, sent, pending under a relay's live lease, or failed (set aside)."""
 
     title = _("status")
     parameter_name = "status"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
-        return [("pending", _("Pending")), ("leased", _("Under lease")), ("sent", _("Sent"))]
+        return [("pending", _("Pending")), ("leased", _("Under lease")), ("sent", _("Sent")),
+                ("failed", _("Failed"))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        pending = queryset.filter(sent_at__isnull=True, failed_at__isnull=True)
         if self.value() == "pending":
-            return queryset.filter(sent_at__isnull=True)
+            return pending
         if self.value() == "leased":
-            return queryset.filter(sent_at__isnull=True, claimed_until__gt=time.time())
+            return pending.filter(claimed_until__gt=time.time())
+        if self.value() == "failed":
+            return queryset.filter(sent_at__isnull=True, failed_at__isnull=False)
         if self.value() == "sent":
             return queryset.filter(sent_at__isnull=False)
         return queryset
@@ -94,13 +102,14 @@ class OutboxStatusFilter(admin.SimpleListFilter):
 class OutboxMessageAdmin(ReadOnlyAdmin):
     """Outbox rows, with the backlog figures the seed's operations table alerts on."""
 
-    list_display = ("seq", "event_type", "topic", "subject", "status", "age", "claimed_by",
-                    "lease_left")
+    list_display = ("seq", "event_type", "topic", "subject", "status", "attempts", "age",
+                    "claimed_by", "lease_left")
     list_filter = (OutboxStatusFilter, "topic")
     search_fields = ("envelope_id", "subject", "event_type")
     readonly_fields = ("envelope_json",)
     exclude = ("envelope",)
     change_list_template = "admin/xsm_celery/outboxmessage/change_list.html"
+    actions = ("requeue_failed",)
 
     class Media:
         css: ClassVar[dict[str, tuple[str, ...]]] = {"all": ("xsm_celery/admin.css",)}
@@ -109,9 +118,34 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
     def status(self, obj: OutboxMessage) -> str:
         if obj.sent_at is not None:
             return str(_("sent"))
+        if obj.failed_at is not None:
+            return str(_("failed"))
         if obj.claimed_until is not None and obj.claimed_until > time.time():
             return str(_("leased"))
         return str(_("pending"))
+
+    def has_requeue_permission(self, request: HttpRequest) -> bool:
+        """Requeueing changes rows: it needs the model's change permission."""
+        return bool(cast(Any, request.user).has_perm("xsm_celery.change_outboxmessage"))
+
+    @admin.action(description=_("Requeue selected failed rows"), permissions=["requeue"])
+    def requeue_failed(self, request: HttpRequest, queryset: QuerySet[OutboxMessage]) -> None:
+        """Make failed rows pending again (attempts reset), once their cause is fixed; audited."""
+        from xsm_celery.django._dates import to_datetime
+        from xsm_celery.django.stores import DjangoOutboxStore
+
+        store = DjangoOutboxStore(using=queryset.db)
+        failed = queryset.filter(sent_at__isnull=True, failed_at__isnull=False)
+        done = [seq for seq in failed.values_list("seq", flat=True) if store.requeue(seq)]
+        now, actor = time.time(), str(request.user.get_username()) or "anonymous"
+        AuditEntry.objects.using(queryset.db).bulk_create(
+            AuditEntry(record_id=f"outbox:{seq}", action=REQUEUE_OUTBOX_ACTION, actor=actor,
+                       reason="requeued from the admin", outcome="pending again, attempts 0",
+                       at=now, created=to_datetime(now))
+            for seq in done
+        )  # fmt: skip
+        level = messages.SUCCESS if done else messages.WARNING
+        self.message_user(request, _("%(n)d failed row(s) requeued.") % {"n": len(done)}, level)
 
     @admin.display(description=_("age"), ordering="-created_at")
     def age(self, obj: OutboxMessage) -> str:
@@ -146,15 +180,16 @@ def _pre_json(text: str) -> SafeString:
 
 
 def outbox_stats(rows: QuerySet[OutboxMessage]) -> dict[str, Any]:
-    """Pending, sent and leased counts, and the age of the oldest pending row."""
+    """Pending, sent, leased and failed counts, and the age of the oldest pending row."""
     now = time.time()
-    pending = rows.filter(sent_at__isnull=True)
+    pending = rows.filter(sent_at__isnull=True, failed_at__isnull=True)
     oldest = pending.aggregate(oldest=Min("created_at"))["oldest"]
     oldest_created = pending.aggregate(oldest=Min("created"))["oldest"]
     return {
         "pending": pending.count(),
         "sent": rows.filter(sent_at__isnull=False).count(),
         "leased": pending.filter(claimed_until__gt=now).count(),
+        "failed": rows.filter(sent_at__isnull=True, failed_at__isnull=False).count(),
         "oldest_pending_s": None if oldest is None else max(0.0, now - oldest),
         "oldest_pending_age": "" if oldest_created is None else timesince(oldest_created),
     }

@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings as django_settings
 
 from xsm_celery.checks import key_names, positive_int, unknown_name_message
-from xsm_celery.eda.relay import DEFAULT_BATCH
+from xsm_celery.eda.relay import DEFAULT_BATCH, DEFAULT_MAX_ATTEMPTS
 from xsm_celery.errors import ConfigurationError
 from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S
 
@@ -51,6 +51,8 @@ class XsmDjangoSettings:
     dispatcher: str | None = None
     relay_batch: int = DEFAULT_RELAY_BATCH
     relay_lease_s: float = DEFAULT_RELAY_LEASE_S
+    #: Broker refusals of one outbox row before ``xsm_relay`` sets it aside as failed.
+    relay_max_attempts: int = DEFAULT_MAX_ATTEMPTS
     #: Rows one ``xsm_timers`` run fires at most.
     timers_batch: int = DEFAULT_RELAY_BATCH
     bulk_replay_limit: int = DEFAULT_BULK_REPLAY_LIMIT
@@ -90,7 +92,7 @@ def get_settings() -> XsmDjangoSettings:
 
 
 def _check(conf: XsmDjangoSettings) -> None:
-    for name in ("relay_batch", "timers_batch", "bulk_replay_limit"):
+    for name in ("relay_batch", "relay_max_attempts", "timers_batch", "bulk_replay_limit"):
         try:
             positive_int(f"XSM_CELERY[{name.upper()!r}]", getattr(conf, name))
         except ValueError as exc:

@@ -198,7 +198,9 @@ class OutboxMessage(models.Model):
     """One envelope waiting to be published, written in the same transaction as the state.
 
     A relay leases rows with ``claimed_by`` / ``claimed_until`` so that several relays can
-    drain one outbox without publishing a row twice at the same time.
+    drain one outbox without publishing a row twice at the same time. A row the broker
+    refuses counts ``attempts``; at the relay's ``max_attempts`` it gets ``failed_at`` and
+    is set aside, so the rows after it are not blocked for ever.
     """
 
     seq: models.BigAutoField[int, int] = models.BigAutoField(
@@ -244,6 +246,19 @@ class OutboxMessage(models.Model):
     claimed_until: models.FloatField[float | None, float | None] = models.FloatField(
         _("claimed until (epoch s)"), null=True, blank=True,
         help_text=_("When the relay's lease runs out; another relay may take it after."),
+    )
+    attempts: models.PositiveIntegerField[int, int] = models.PositiveIntegerField(
+        _("attempts"), default=0,
+        help_text=_("Times the broker refused this row (outages are not counted)."),
+    )
+    last_error: models.TextField[str | None, str | None] = models.TextField(
+        _("last error"), null=True, blank=True,
+        help_text=_("Why the broker last refused this row."),
+    )
+    failed_at: models.FloatField[float | None, float | None] = models.FloatField(
+        _("failed at (epoch s)"), null=True, blank=True, db_index=True,
+        help_text=_("When the row was set aside after its last allowed refusal; a failed "
+                    "row is never published until it is requeued."),
     )
 
     class Meta:

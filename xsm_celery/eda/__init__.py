@@ -38,6 +38,7 @@ from xsm_celery.eda.envelope import (
     new_id,
 )
 from xsm_celery.eda.fake import FakeBrokerAdapter, SyncFakeBrokerAdapter
+from xsm_celery.eda.outages import is_broker_outage
 from xsm_celery.eda.outbox import (
     PUBLISH_TAG,
     OutboxPlugin,
@@ -52,6 +53,7 @@ from xsm_celery.eda.relay import OutboxRelay
 from xsm_celery.eda.replay import ReplayResult, replay_dead_letter
 from xsm_celery.errors import (
     BrokerPublishError,
+    BrokerUnavailableError,
     EnvelopeCorruptError,
     EnvelopeTooLargeError,
     ReplayRefusedError,
@@ -62,7 +64,12 @@ from xsm_celery.patterns.dead_letter import (
     DeadLetterStore,
     MemoryDeadLetterStore,
 )
-from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, OutboxRecord, OutboxStore
+from xsm_celery.persistence.protocols import (
+    DEFAULT_CLAIM_LEASE_S,
+    FailedOutboxRecord,
+    OutboxRecord,
+    OutboxStore,
+)
 
 __all__ = [
     # Envelopes
@@ -79,6 +86,7 @@ __all__ = [
     "FakeBrokerAdapter",
     "SyncBrokerAdapter",
     "SyncFakeBrokerAdapter",
+    "is_broker_outage",
     # Dispatcher
     "DEFAULT_MAX_ATTEMPTS",
     "DEFAULT_MAX_IN_FLIGHT",
@@ -93,6 +101,7 @@ __all__ = [
     "consumed_events",
     "publish_specs",
     "DEFAULT_CLAIM_LEASE_S",
+    "FailedOutboxRecord",
     "MemoryOutboxStore",
     "OutboxRecord",
     "OutboxRelay",
@@ -118,6 +127,7 @@ __all__ = [
     "validate_asyncapi",
     # Errors
     "BrokerPublishError",
+    "BrokerUnavailableError",
     "EnvelopeCorruptError",
     "EnvelopeTooLargeError",
     "ReplayRefusedError",

@@ -21,6 +21,7 @@ from xsm_celery.eda.envelope import DEFAULT_MAX_ENVELOPE_BYTES, Envelope
 from xsm_celery.errors import (
     ArgumentTypeError,
     BrokerPublishError,
+    BrokerUnavailableError,
     ConfigurationError,
     RunawayChainError,
 )
@@ -67,7 +68,11 @@ class _Bus:
         self.nacked: list[Envelope] = []
 
     def fail_next_publish(self, error: Exception | None = None, *, times: int = 1) -> None:
-        """Make the next ``times`` publishes raise ``error`` (``BrokerPublishError`` by default)."""
+        """Make the next ``times`` publishes raise ``error``.
+
+        The default is ``BrokerUnavailableError``, an outage: the relay retries it without
+        counting. Pass ``BrokerPublishError(...)`` to play a broker refusing the message.
+        """
         if error is not None and not isinstance(error, Exception):
             raise ArgumentTypeError(
                 f"fail_next_publish() needs an Exception instance, got {type(error).__name__}"
@@ -76,7 +81,9 @@ class _Bus:
             raise ConfigurationError(f"times must be an int >= 1, got {times!r}")
         with self._cond:
             for _ in range(times):
-                self._failures.append(error or BrokerPublishError("injected publish failure"))
+                self._failures.append(
+                    error or BrokerUnavailableError("injected publish failure: broker down")
+                )
 
     def published_on(self, topic: str) -> list[Envelope]:
         """Return the envelopes published on ``topic``, oldest first."""

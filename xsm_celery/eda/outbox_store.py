@@ -10,17 +10,24 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from xsm_celery.eda.envelope import Envelope
 from xsm_celery.errors import ArgumentTypeError, ConfigurationError, StoreError
-from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, OutboxRecord
+from xsm_celery.persistence.protocols import (
+    DEFAULT_CLAIM_LEASE_S,
+    FailedOutboxRecord,
+    OutboxRecord,
+)
 from xsm_celery.persistence.sqlite import SQLiteDatabase, SQLiteStore
 
-__all__ = ["MemoryOutboxStore", "SQLiteOutboxStore"]
+__all__ = ["MAX_ERROR_CHARS", "MemoryOutboxStore", "SQLiteOutboxStore"]
 
 _CHUNK = 500
+#: Characters of a refusal's text a row keeps (a driver message can be long).
+MAX_ERROR_CHARS = 2000
 
 
 def _check_claim(limit: int, owner: str, lease_s: float) -> None:
@@ -34,6 +41,22 @@ def _check_claim(limit: int, owner: str, lease_s: float) -> None:
         raise ConfigurationError(f"lease_s must be > 0 seconds, got {lease_s!r}")
 
 
+def check_refusal(owner: str, error: str, max_attempts: int) -> str:
+    """Validate ``record_refusal``'s arguments; return the error text as it is stored."""
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise ConfigurationError(f"max_attempts must be an int >= 1, got {max_attempts!r}")
+    if not isinstance(owner, str) or not owner:
+        raise ConfigurationError(f"owner must be a non-empty string, got {owner!r}")
+    return str(error)[:MAX_ERROR_CHARS]
+
+
+def check_limit(limit: int) -> int:
+    """Validate a row limit (an int >= 0)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ConfigurationError(f"limit must be an int >= 0, got {limit!r}")
+    return limit
+
+
 @dataclass
 class _Row:
     topic: str
@@ -42,6 +65,9 @@ class _Row:
     sent_at: float | None = None
     claimed_by: str | None = None
     claimed_until: float | None = None
+    attempts: int = 0
+    last_error: str | None = None
+    failed_at: float | None = None
 
 
 class MemoryOutboxStore:
@@ -54,7 +80,9 @@ class MemoryOutboxStore:
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
         self._clock = clock
         self._rows: dict[int, _Row] = {}
+        # Unsent rows that are not failed, in sequence order: what pending() and claim() see.
         self._unsent: dict[int, None] = {}
+        self._failed: dict[int, None] = {}
         self._next = 1
         self._lock = threading.Lock()
 
@@ -116,6 +144,7 @@ class MemoryOutboxStore:
                     row.sent_at = now
                     row.claimed_by = row.claimed_until = None
                     self._unsent.pop(seq, None)
+                    self._failed.pop(seq, None)
                     changed += 1
         return changed
 
@@ -132,10 +161,52 @@ class MemoryOutboxStore:
                 del self._rows[seq]
         return len(doomed)
 
-    def count(self, *, pending_only: bool = False) -> int:
-        """Return how many rows are held (only unsent ones with ``pending_only``)."""
+    def count(self, *, pending_only: bool = False, failed_only: bool = False) -> int:
+        """Return how many rows are held (only pending or only failed ones if asked)."""
         with self._lock:
+            if failed_only:
+                return len(self._failed)
             return len(self._unsent) if pending_only else len(self._rows)
+
+    def record_refusal(self, seq: int, owner: str, error: str, *, max_attempts: int) -> int:
+        """Count one refusal of ``owner``'s row ``seq``; fail it at ``max_attempts``."""
+        text = check_refusal(owner, error, max_attempts)
+        with self._lock:
+            row = self._rows.get(seq)
+            if row is None or seq not in self._unsent or row.claimed_by != owner:
+                return 0
+            row.attempts += 1
+            row.last_error = text
+            row.claimed_by = row.claimed_until = None
+            if row.attempts >= max_attempts:
+                row.failed_at = self._clock()
+                del self._unsent[seq]
+                self._failed[seq] = None
+            return row.attempts
+
+    def failed(self, limit: int = 100) -> list[FailedOutboxRecord]:
+        """Return up to ``limit`` failed rows in sequence order."""
+        check_limit(limit)
+        with self._lock:
+            seqs = sorted(self._failed)[:limit]
+            return [self._failed_record(seq) for seq in seqs]
+
+    def _failed_record(self, seq: int) -> FailedOutboxRecord:
+        row = self._rows[seq]
+        return FailedOutboxRecord(
+            seq, row.topic, row.envelope, row.attempts, row.last_error or "", row.failed_at or 0.0
+        )
+
+    def requeue(self, seq: int) -> bool:
+        """Make failed row ``seq`` pending again with its attempts reset."""
+        with self._lock:
+            if seq not in self._failed:
+                return False
+            del self._failed[seq]
+            row = self._rows[seq]
+            row.attempts, row.failed_at = 0, None
+            self._unsent = dict.fromkeys(sorted([*self._unsent, seq]))
+            return True
 
     def oldest_pending_at(self) -> float | None:
         """When the oldest unsent row was added (epoch s), or None when none waits."""
@@ -154,11 +225,23 @@ CREATE TABLE IF NOT EXISTS xsm_outbox (
     created_at REAL NOT NULL,
     sent_at REAL,
     claimed_by VARCHAR(128),
-    claimed_until REAL
+    claimed_until REAL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    last_error TEXT,
+    failed_at REAL
 );
 CREATE INDEX IF NOT EXISTS xsm_outbox_unsent ON xsm_outbox (seq) WHERE sent_at IS NULL
 """
-_LEASE_COLUMNS = (("claimed_by", "VARCHAR(128)"), ("claimed_until", "REAL"))
+#: Columns added after the first release; a table made before them gains them on open.
+_ADDED_COLUMNS = (
+    ("claimed_by", "VARCHAR(128)"),
+    ("claimed_until", "REAL"),
+    ("attempts", "INTEGER NOT NULL DEFAULT 0"),
+    ("last_error", "TEXT"),
+    ("failed_at", "REAL"),
+)
+#: What a row must be for the relay to see it: not sent, not set aside as failed.
+_PENDING = "sent_at IS NULL AND failed_at IS NULL"
 
 
 class SQLiteOutboxStore:
@@ -166,7 +249,8 @@ class SQLiteOutboxStore:
 
     Built over a ``SQLiteStore`` it writes through the same connection: rows added while
     a snapshot is being saved commit or roll back with it. Opening a table made by an
-    older version adds the lease columns.
+    older version adds the lease and refusal columns (``attempts``, ``last_error``,
+    ``failed_at``).
 
     Args:
         store_or_path: A ``SQLiteStore`` to share, a ``SQLiteDatabase``, or a file path.
@@ -188,7 +272,7 @@ class SQLiteOutboxStore:
         self._clock = clock
         self.db.script(_SCHEMA)
         present = self.db.columns("xsm_outbox")
-        for name, kind in _LEASE_COLUMNS:
+        for name, kind in _ADDED_COLUMNS:
             if name not in present:
                 self.db.write(f"ALTER TABLE xsm_outbox ADD COLUMN {name} {kind}")
 
@@ -217,7 +301,7 @@ class SQLiteOutboxStore:
     def pending(self, limit: int = 100) -> list[OutboxRecord]:
         """Return up to ``limit`` unsent rows in sequence order."""
         rows = self.db.query(
-            "SELECT seq, topic, envelope FROM xsm_outbox WHERE sent_at IS NULL "
+            f"SELECT seq, topic, envelope FROM xsm_outbox WHERE {_PENDING} "
             "ORDER BY seq LIMIT ?",
             (int(limit),),
         )
@@ -231,7 +315,7 @@ class SQLiteOutboxStore:
         now = self._clock()
         with self.db.transaction() as conn:
             rows = conn.execute(
-                "SELECT seq, topic, envelope FROM xsm_outbox WHERE sent_at IS NULL AND "
+                f"SELECT seq, topic, envelope FROM xsm_outbox WHERE {_PENDING} AND "
                 "(claimed_until IS NULL OR claimed_until <= ? OR claimed_by = ?) "
                 "ORDER BY seq LIMIT ?",
                 (now, owner, limit),
@@ -239,7 +323,7 @@ class SQLiteOutboxStore:
             if rows:
                 conn.execute(
                     "UPDATE xsm_outbox SET claimed_by = ?, claimed_until = ? "
-                    "WHERE seq BETWEEN ? AND ? AND sent_at IS NULL AND "
+                    f"WHERE seq BETWEEN ? AND ? AND {_PENDING} AND "
                     "(claimed_until IS NULL OR claimed_until <= ? OR claimed_by = ?)",
                     (owner, now + lease_s, rows[0][0], rows[-1][0], now, owner),
                 )
@@ -279,16 +363,66 @@ class SQLiteOutboxStore:
             "DELETE FROM xsm_outbox WHERE sent_at IS NOT NULL AND sent_at <= ?", (cutoff,)
         ).rowcount
 
-    def count(self, *, pending_only: bool = False) -> int:
-        """Return how many rows are held (only unsent ones with ``pending_only``)."""
-        where = " WHERE sent_at IS NULL" if pending_only else ""
+    def count(self, *, pending_only: bool = False, failed_only: bool = False) -> int:
+        """Return how many rows are held (only pending or only failed ones if asked)."""
+        where = ""
+        if failed_only:
+            where = " WHERE sent_at IS NULL AND failed_at IS NOT NULL"
+        elif pending_only:
+            where = f" WHERE {_PENDING}"
         return int(self.db.query(f"SELECT COUNT(*) FROM xsm_outbox{where}")[0][0])
 
+    def record_refusal(self, seq: int, owner: str, error: str, *, max_attempts: int) -> int:
+        """Count one refusal of ``owner``'s row ``seq``; fail it at ``max_attempts``."""
+        text = check_refusal(owner, error, max_attempts)
+        now = self._clock()
+        with self.db.transaction() as conn:
+            found = conn.execute(
+                f"SELECT attempts FROM xsm_outbox WHERE seq = ? AND {_PENDING} AND claimed_by = ?",
+                (seq, owner),
+            ).fetchone()
+            if found is None:
+                return 0
+            attempts = int(found[0]) + 1
+            conn.execute(
+                "UPDATE xsm_outbox SET attempts = ?, last_error = ?, failed_at = ?, "
+                "claimed_by = NULL, claimed_until = NULL WHERE seq = ?",
+                (attempts, text, now if attempts >= max_attempts else None, seq),
+            )
+        return attempts
+
+    def failed(self, limit: int = 100) -> list[FailedOutboxRecord]:
+        """Return up to ``limit`` failed rows in sequence order."""
+        rows = self.db.query(
+            "SELECT seq, topic, envelope, attempts, last_error, failed_at FROM xsm_outbox "
+            "WHERE sent_at IS NULL AND failed_at IS NOT NULL ORDER BY seq LIMIT ?",
+            (check_limit(limit),),
+        )
+        return [failed_record(row) for row in rows]
+
+    def requeue(self, seq: int) -> bool:
+        """Make failed row ``seq`` pending again with its attempts reset."""
+        cursor = self.db.write(
+            "UPDATE xsm_outbox SET attempts = 0, failed_at = NULL "
+            "WHERE seq = ? AND sent_at IS NULL AND failed_at IS NOT NULL",
+            (seq,),
+        )
+        return cursor.rowcount > 0
+
     def oldest_pending_at(self) -> float | None:
-        """When the oldest unsent row was added (epoch s), or None when none waits."""
-        rows = self.db.query("SELECT MIN(created_at) FROM xsm_outbox WHERE sent_at IS NULL")
+        """When the oldest pending row was added (epoch s), or None when none waits."""
+        rows = self.db.query(f"SELECT MIN(created_at) FROM xsm_outbox WHERE {_PENDING}")
         value = rows[0][0] if rows else None
         return None if value is None else float(value)
+
+
+def failed_record(row: Sequence[Any]) -> FailedOutboxRecord:
+    """A ``(seq, topic, envelope, attempts, last_error, failed_at)`` row as a record."""
+    seq, topic, text, attempts, last_error, failed_at = row
+    envelope = Envelope.from_trusted_json(text)
+    return FailedOutboxRecord(
+        int(seq), topic, envelope, int(attempts), last_error or "", float(failed_at)
+    )
 
 
 def _record(row: tuple[int, str, str]) -> OutboxRecord:

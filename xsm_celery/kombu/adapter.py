@@ -20,12 +20,12 @@ from typing import Any
 
 from amqp.exceptions import MessageNacked
 from kombu import Connection, Consumer, Producer, Queue
-from kombu.exceptions import KombuError
+from kombu.exceptions import KombuError, OperationalError
 
 from xsm_celery.checks import positive_int
 from xsm_celery.eda import Delivery, Envelope
 from xsm_celery.eda.envelope import DEFAULT_MAX_ENVELOPE_BYTES
-from xsm_celery.errors import BrokerError, BrokerPublishError
+from xsm_celery.errors import BrokerError, BrokerPublishError, BrokerUnavailableError
 from xsm_celery.kombu.inbound import Inbound, settle_message
 from xsm_celery.kombu.partitions import Partitioning
 from xsm_celery.kombu.subscription import Held, Subscription
@@ -118,8 +118,11 @@ class KombuBrokerAdapter:
         self.drain_grace_s = float(drain_grace_s)
         self._pub_lock = threading.RLock()
         self._sub_lock = threading.RLock()
+        # kombu reports a broker it cannot reach as OperationalError, which is a KombuError
+        # but not one of the transport's connection errors: without it here a down broker
+        # would be reported as a refusal and the relay would count it against the row.
         self._pub_errors: tuple[tuple[type[BaseException], ...], ...] = (
-            tuple(self._pub_conn.connection_errors),
+            (*self._pub_conn.connection_errors, OperationalError, OSError),
             (*self._pub_conn.channel_errors, KombuError, MessageNacked),
         )
         self._sub_errors: tuple[type[BaseException], ...] = (
@@ -146,7 +149,9 @@ class KombuBrokerAdapter:
         """Publish ``envelope`` to its subject's partition of ``topic``.
 
         Raises:
-            BrokerPublishError: the broker did not accept it after ``retries`` reconnects.
+            BrokerUnavailableError: the broker stayed unreachable through ``retries``
+                reconnects (an outage: the relay retries without counting).
+            BrokerPublishError: the broker refused the message (the relay counts it).
             EnvelopeError: the envelope is over ``max_bytes`` or not JSON.
         """
         body = envelope.to_json(max_bytes=self.max_bytes)
@@ -286,12 +291,22 @@ class KombuBrokerAdapter:
         with self._pub_lock:
             for attempt in range(self.retries + 1):
                 try:
-                    action(self._ensure_producer())
+                    producer = self._ensure_producer()
+                except lost as exc:
+                    # ensure_connection spent the reconnects already: the broker is away.
+                    self._reset_producer()
+                    raise BrokerUnavailableError(
+                        f"publish to {topic!r} failed: no connection after {self.retries} "
+                        f"reconnect(s): {exc}; the broker is unreachable, so the caller keeps "
+                        "the envelope (an outbox row stays pending)"
+                    ) from exc
+                try:
+                    action(producer)
                     return
                 except lost as exc:
                     self._reset_producer()
                     if attempt >= self.retries:
-                        raise BrokerPublishError(
+                        raise BrokerUnavailableError(
                             f"publish to {topic!r} failed after {attempt + 1} attempt(s): "
                             f"{exc}; the broker is unreachable, so the caller keeps the "
                             "envelope (an outbox row stays pending)"

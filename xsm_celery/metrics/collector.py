@@ -1,4 +1,4 @@
-"""The Prometheus collector of store figures: backlog, oldest age, timers, recent dead letters.
+"""The Prometheus collector of store figures: backlog, failed rows, timers, recent dead letters.
 
 Registered on the registry a worker serves, it reads the stores on each scrape through
 ``read_figures``, so the numbers are the database's, whichever worker answers. A store
@@ -61,6 +61,9 @@ class StoreFiguresCollector:
             yield GaugeMetricFamily("xsm_outbox_oldest_pending_age_seconds",
                                     "Age of the oldest unpublished outbox row (0 when none).",
                                     value=figures.outbox.oldest_age_s or 0.0)  # fmt: skip
+            yield GaugeMetricFamily("xsm_outbox_failed_rows",
+                                    "Outbox rows set aside after max_attempts broker refusals.",
+                                    value=float(figures.outbox.failed))  # fmt: skip
         if figures.timers is not None:
             yield GaugeMetricFamily("xsm_timers_pending", "Durable timers stored.",
                                     value=float(figures.timers.pending))  # fmt: skip

@@ -54,10 +54,12 @@ class Sources:
 
 @dataclass(frozen=True)
 class OutboxFigures:
-    """Outbox rows waiting for the relay."""
+    """Outbox rows waiting for the relay, and rows set aside after repeated refusals."""
 
     pending: int
     oldest_age_s: float | None
+    #: Rows the broker refused ``max_attempts`` times; they wait for an operator's requeue.
+    failed: int = 0
 
 
 @dataclass(frozen=True)
@@ -155,7 +157,9 @@ def _count_records(records: Iterable[Any], since: float) -> dict[str, int]:
 def _outbox(store: Any, now: float) -> OutboxFigures:
     pending = int(store.count(pending_only=True))
     oldest = store.oldest_pending_at() if pending else None
-    return OutboxFigures(pending, None if oldest is None else max(0.0, now - oldest))
+    # A custom store without refusal counting has no failed rows to report.
+    failed = int(store.count(failed_only=True)) if callable(getattr(store, "failed", None)) else 0
+    return OutboxFigures(pending, None if oldest is None else max(0.0, now - oldest), failed)
 
 
 def _timers(store: Any, now: float) -> TimerFigures:

@@ -19,6 +19,7 @@ from xsm_celery.persistence.persisted import is_persisted, persisted
 from xsm_celery.persistence.protocols import (
     DEFAULT_CLAIM_LEASE_S,
     DueTimer,
+    FailedOutboxRecord,
     Inbox,
     InboxEntry,
     LockStrategy,
@@ -66,6 +67,7 @@ __all__ = [
     "Inbox",
     "InboxEntry",
     "LockStrategy",
+    "FailedOutboxRecord",
     "OutboxRecord",
     "OutboxStore",
     "StateStore",

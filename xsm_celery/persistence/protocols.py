@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_CLAIM_LEASE_S",
     "DueTimer",
+    "FailedOutboxRecord",
     "Inbox",
     "InboxEntry",
     "LockStrategy",
@@ -139,6 +140,21 @@ class OutboxRecord(NamedTuple):
     envelope: Envelope
 
 
+class FailedOutboxRecord(NamedTuple):
+    """A row the broker refused ``attempts`` times, set aside so later rows can go out.
+
+    ``failed_at`` is epoch seconds; ``last_error`` is the refusal's text, for the operator
+    who fixes the cause and calls ``requeue(seq)``.
+    """
+
+    seq: int
+    topic: str
+    envelope: Envelope
+    attempts: int
+    last_error: str
+    failed_at: float
+
+
 @runtime_checkable
 class OutboxStore(Protocol):
     """Envelopes waiting to be published, written in the snapshot's transaction.
@@ -146,6 +162,10 @@ class OutboxStore(Protocol):
     ``claim`` / ``release`` are the lease pair that lets several relays drain one outbox:
     a claimed row is skipped by other owners until its lease runs out. A store without
     them still works with ``OutboxRelay``, one relay per outbox.
+
+    A row the broker refuses (not an outage) is counted with ``record_refusal``; at
+    ``max_attempts`` it is set aside as failed: never pending, claimed or published again
+    until an operator calls ``requeue``. ``failed`` lists such rows.
     """
 
     def add(self, topic: str, envelope: Envelope) -> int:
@@ -172,8 +192,25 @@ class OutboxStore(Protocol):
     def purge_sent(self, *, older_than_s: float = 86400.0) -> int:
         """Delete rows sent more than ``older_than_s`` seconds ago; return how many."""
 
-    def count(self, *, pending_only: bool = False) -> int:
-        """Return how many rows the outbox holds (only unsent ones with ``pending_only``)."""
+    def count(self, *, pending_only: bool = False, failed_only: bool = False) -> int:
+        """Return how many rows the outbox holds.
+
+        ``pending_only`` counts unsent rows that are not failed; ``failed_only`` counts the
+        failed ones.
+        """
+
+    def record_refusal(self, seq: int, owner: str, error: str, *, max_attempts: int) -> int:
+        """Count one refusal of row ``seq``, drop ``owner``'s lease, return its attempts.
+
+        At ``max_attempts`` the row becomes failed. Returns 0 (and changes nothing) when
+        the row is sent, failed already, or leased to someone else.
+        """
+
+    def failed(self, limit: int = 100) -> list[FailedOutboxRecord]:
+        """Return up to ``limit`` failed rows in sequence order."""
+
+    def requeue(self, seq: int) -> bool:
+        """Make failed row ``seq`` pending again with no attempts; return whether it was."""
 
 
 class DueTimer(NamedTuple):

@@ -17,20 +17,33 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
 from xsm_celery.eda import Envelope
+from xsm_celery.eda.outbox_store import check_limit, check_refusal, failed_record
 from xsm_celery.errors import ArgumentTypeError, ConfigurationError, StoreError
-from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, OutboxRecord
+from xsm_celery.persistence.protocols import (
+    DEFAULT_CLAIM_LEASE_S,
+    FailedOutboxRecord,
+    OutboxRecord,
+)
 from xsm_celery.sqlalchemy.snapshots import (
     SQLAlchemyDatabase,
     SQLAlchemyStore,
     database_of,
 )
 
-__all__ = ["LEASE_COLUMNS", "OUTBOX_TABLE", "SQLAlchemyOutboxStore"]
+__all__ = ["ADDED_COLUMNS", "LEASE_COLUMNS", "OUTBOX_TABLE", "SQLAlchemyOutboxStore"]
 
 #: Name of the outbox table (the same shape as ``SQLiteOutboxStore``'s).
 OUTBOX_TABLE = "xsm_outbox"
 #: The columns relay leases need; a table made before leases existed gains them on open.
 LEASE_COLUMNS = (("claimed_by", "VARCHAR(128)"), ("claimed_until", "FLOAT"))
+#: Every column added after the first release (leases, then refusal counting), with the
+#: DDL type a table made before them gains on open.
+ADDED_COLUMNS = (
+    *LEASE_COLUMNS,
+    ("attempts", "INTEGER NOT NULL DEFAULT 0"),
+    ("last_error", "TEXT"),
+    ("failed_at", "FLOAT"),
+)
 _MAX_OWNER = 128
 _CHUNK = 500
 
@@ -47,6 +60,9 @@ outbox_table = sa.Table(
     sa.Column("sent_at", sa.Float, nullable=True),
     sa.Column("claimed_by", sa.String(_MAX_OWNER), nullable=True),
     sa.Column("claimed_until", sa.Float, nullable=True),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default=sa.text("0")),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column("failed_at", sa.Float, nullable=True),
     sa.Index(
         "xsm_outbox_unsent",
         "seq",
@@ -74,8 +90,9 @@ class SQLAlchemyOutboxStore:
         store: A ``SQLAlchemyStore`` to share transactions with, a ``SQLAlchemyDatabase``,
             an ``Engine`` or a URL.
         clock: Epoch-seconds clock for leases and ``purge_sent`` (tests inject one).
-        create_table: Create the table, or add the lease columns to an older one. With
-            False a table without them is refused at once, naming the migration to write.
+        create_table: Create the table, or add the lease and refusal columns to an older
+            one. With False a table without them is refused at once, naming the migration
+            to write.
     """
 
     def __init__(
@@ -89,22 +106,22 @@ class SQLAlchemyOutboxStore:
         self._clock = clock
         if create_table:
             self.db.create(outbox_table)
-        self._check_lease_columns(add=create_table)
+        self._check_added_columns(add=create_table)
 
-    def _check_lease_columns(self, *, add: bool) -> None:
+    def _check_added_columns(self, *, add: bool) -> None:
         with self.db.guard("inspecting xsm_outbox"):
             present = {c["name"] for c in sa.inspect(self.db.engine).get_columns(OUTBOX_TABLE)}
-        missing = [(name, kind) for name, kind in LEASE_COLUMNS if name not in present]
+        missing = [(name, kind) for name, kind in ADDED_COLUMNS if name not in present]
         if not missing:
             return
         if not add:
             names = ", ".join(name for name, _ in missing)
+            ddl = ", ".join(f"{name} {kind}" for name, kind in missing)
             raise StoreError(
-                f"{OUTBOX_TABLE} lacks {names}; add a migration creating claimed_by "
-                "VARCHAR(128) NULL and claimed_until FLOAT NULL, or open the store with "
-                "create_table=True"
+                f"{OUTBOX_TABLE} lacks {names}; add a migration creating {ddl} (NULL unless "
+                "said), or open the store with create_table=True"
             )
-        with self.db.transaction() as conn, self.db.guard("adding lease columns"):
+        with self.db.transaction() as conn, self.db.guard("adding outbox columns"):
             for name, kind in missing:
                 conn.exec_driver_sql(f"ALTER TABLE {OUTBOX_TABLE} ADD COLUMN {name} {kind}")
 
@@ -142,7 +159,7 @@ class SQLAlchemyOutboxStore:
         t = outbox_table
         query = (
             sa.select(t.c.seq, t.c.topic, t.c.envelope)
-            .where(t.c.sent_at.is_(None))
+            .where(*_pending())
             .order_by(t.c.seq)
             .limit(max(int(limit), 0))
         )
@@ -171,7 +188,7 @@ class SQLAlchemyOutboxStore:
         t = outbox_table
         query = (
             sa.select(t.c.seq, t.c.topic, t.c.envelope)
-            .where(t.c.sent_at.is_(None), _free(now, owner))
+            .where(*_pending(), _free(now, owner))
             .order_by(t.c.seq)
             .limit(limit)
         )
@@ -186,7 +203,7 @@ class SQLAlchemyOutboxStore:
         for start in range(0, len(seqs), _CHUNK):
             conn.execute(
                 t.update()
-                .where(t.c.seq.in_(seqs[start : start + _CHUNK]), t.c.sent_at.is_(None))
+                .where(t.c.seq.in_(seqs[start : start + _CHUNK]), *_pending())
                 .values(claimed_by=owner, claimed_until=now + lease_s)
             )
 
@@ -228,21 +245,83 @@ class SQLAlchemyOutboxStore:
         with self.db.transaction() as conn, self.db.guard("purge_sent"):
             return int(conn.execute(statement).rowcount)
 
-    def count(self, *, pending_only: bool = False) -> int:
-        """Return how many rows are held (only unsent ones with ``pending_only``)."""
+    def count(self, *, pending_only: bool = False, failed_only: bool = False) -> int:
+        """Return how many rows are held (only pending or only failed ones if asked)."""
         query = sa.select(sa.func.count()).select_from(outbox_table)
-        if pending_only:
-            query = query.where(outbox_table.c.sent_at.is_(None))
+        if failed_only:
+            query = query.where(*_failed())
+        elif pending_only:
+            query = query.where(*_pending())
         with self.db.reading() as conn, self.db.guard("count"):
             return int(conn.execute(query).scalar() or 0)
 
-    def oldest_pending_at(self) -> float | None:
-        """When the oldest unsent row was added (epoch s), or None when none waits."""
+    def record_refusal(self, seq: int, owner: str, error: str, *, max_attempts: int) -> int:
+        """Count one refusal of ``owner``'s row ``seq``; fail it at ``max_attempts``.
+
+        One ``UPDATE`` counts, drops the lease and, at the limit, sets ``failed_at``, and
+        only if the row is still ``owner``'s: two relays can never both count one refusal.
+        """
+        text = check_refusal(owner, error, max_attempts)
         t = outbox_table
-        query = sa.select(sa.func.min(t.c.created_at)).where(t.c.sent_at.is_(None))
+        now = self._clock()
+        counted = t.c.attempts + 1
+        statement = (
+            t.update()
+            .where(t.c.seq == seq, t.c.claimed_by == owner, *_pending())
+            .values(
+                attempts=counted,
+                last_error=text,
+                failed_at=sa.case((counted >= max_attempts, now), else_=None),
+                claimed_by=None,
+                claimed_until=None,
+            )
+        )
+        with self.db.transaction() as conn, self.db.guard("record_refusal"):
+            if not conn.execute(statement).rowcount:
+                return 0
+            value = conn.execute(sa.select(t.c.attempts).where(t.c.seq == seq)).scalar()
+        return int(value or 0)
+
+    def failed(self, limit: int = 100) -> list[FailedOutboxRecord]:
+        """Return up to ``limit`` failed rows in sequence order."""
+        t = outbox_table
+        query = (
+            sa.select(t.c.seq, t.c.topic, t.c.envelope, t.c.attempts, t.c.last_error,
+                      t.c.failed_at)
+            .where(*_failed())
+            .order_by(t.c.seq)
+            .limit(check_limit(limit))
+        )  # fmt: skip
+        with self.db.reading() as conn, self.db.guard("failed"):
+            rows = conn.execute(query).all()
+        return [failed_record(row) for row in rows]
+
+    def requeue(self, seq: int) -> bool:
+        """Make failed row ``seq`` pending again with its attempts reset."""
+        t = outbox_table
+        statement = t.update().where(t.c.seq == seq, *_failed()).values(attempts=0, failed_at=None)
+        with self.db.transaction() as conn, self.db.guard("requeue"):
+            return int(conn.execute(statement).rowcount) > 0
+
+    def oldest_pending_at(self) -> float | None:
+        """When the oldest pending row was added (epoch s), or None when none waits."""
+        t = outbox_table
+        query = sa.select(sa.func.min(t.c.created_at)).where(*_pending())
         with self.db.reading() as conn, self.db.guard("oldest_pending_at"):
             value = conn.execute(query).scalar()
         return None if value is None else float(value)
+
+
+def _pending() -> tuple[sa.ColumnElement[bool], ...]:
+    """Rows the relay may publish: not sent, not set aside as failed."""
+    t = outbox_table
+    return (t.c.sent_at.is_(None), t.c.failed_at.is_(None))
+
+
+def _failed() -> tuple[sa.ColumnElement[bool], ...]:
+    """Rows set aside after ``max_attempts`` refusals and not sent by hand since."""
+    t = outbox_table
+    return (t.c.sent_at.is_(None), t.c.failed_at.is_not(None))
 
 
 def _free(now: float, owner: str) -> sa.ColumnElement[bool]:

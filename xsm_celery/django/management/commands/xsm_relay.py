@@ -33,6 +33,9 @@ class Command(BaseCommand):
         parser.add_argument("--batch", type=int, help="Rows leased per batch.")
         parser.add_argument("--lease", type=float, help="Seconds a lease lasts.")
         parser.add_argument("--owner", help="Lease owner; give a stable name such as the pod.")
+        parser.add_argument("--max-attempts", type=int,
+                            help="Broker refusals of one row before it is set aside as failed "
+                                 "(default: XSM_CELERY RELAY_MAX_ATTEMPTS, 5).")
         parser.add_argument("--max-batches", type=int, default=100,
                             help="Batches per run at most.")
         parser.add_argument("--runs", type=int, default=1, help="Runs to make; 0 = forever.")
@@ -48,7 +51,9 @@ class Command(BaseCommand):
         try:
             relay = OutboxRelay(outbox, self._broker(options.get("broker")),
                                 batch=options.get("batch") or conf.relay_batch,
-                                owner=owner, lease_s=options.get("lease") or conf.relay_lease_s)
+                                owner=owner, lease_s=options.get("lease") or conf.relay_lease_s,
+                                max_attempts=options.get("max_attempts")
+                                or conf.relay_max_attempts)
         except (ValueError, XsmError) as exc:
             raise CommandError(str(exc), returncode=2) from exc
 
@@ -56,9 +61,11 @@ class Command(BaseCommand):
             try:
                 sent = relay.relay_all_sync(max_batches=options["max_batches"])
                 pending = outbox.count(pending_only=True)
+                failed = outbox.count(failed_only=True)
             except XsmError as exc:
                 raise CommandError(str(exc), returncode=2) from exc
-            self.stdout.write(f"relayed {sent} row(s); {pending} pending")
+            note = f", {failed} failed (see the admin's outbox, status Failed)" if failed else ""
+            self.stdout.write(f"relayed {sent} row(s); {pending} pending{note}")
 
         repeat(once, runs=max(options["runs"], 0), interval_s=options["interval"])
 
