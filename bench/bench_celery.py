@@ -48,10 +48,13 @@ inflation of Python calls. Where the time went, 1,500 tasks each, solo worker, R
   (built for the status board and fact logger, which read none of them) 1.5%. Changed: a
   retry of the shipped chart whose header has the shape the chart wrote for that attempt
   runs the function before any interpreter (the engine shows at bind time that a success
-  from each such snapshot ends the chart, ``machine.first_attempt``); subscribers name the
-  fact kinds they read and a run builds attempt facts only when someone does
-  (``hooks.wants``). Measured after (best of 5, one other job running): succeeds at once
-  105% (median 93%, CPU per task 97%), fails once 111% (median 107%, CPU per task 104%).
+  from each such snapshot ends the chart, ``machine.first_attempt``). Measured after (best
+  of 5, one other job running): succeeds at once 105% (median 93%, CPU per task 97%), fails
+  once 111% (median 107%, CPU per task 104%). Those runs also had the worker's default
+  subscribers take only the fact kinds they read, so no attempt facts were built; that was
+  put back (the metrics/tracing budget of ``bench_observability`` is measured against the
+  defaults, and fell to 94% / 89% with the cheaper baseline), which costs these figures
+  about 2-3 points on the no-op task.
   What is left of the chart's own cost on a fail-once task is the first failure (an
   interpreter, the error chain, one snapshot dump) and the marker: 1.15x would need the
   chart to skip Celery's republish or its ``handle_retry``, which the visible retry needs.

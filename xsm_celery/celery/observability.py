@@ -135,7 +135,7 @@ def _install(app: Any, worker: Any, running: _Running) -> None:
     from xsm_celery.celery.status import board
 
     config = running.config
-    running.unsubscribe.append(_subscribe(board.handle, board.KINDS))
+    running.unsubscribe.append(_subscribe(board.handle))
     if config.metrics_port is not None:
         from xsm_celery.metrics.server import prepare_multiprocess
 
@@ -159,7 +159,7 @@ def _install(app: Any, worker: Any, running: _Running) -> None:
     if config.log_facts:
         from xsm_celery.metrics.logs import FactLogger
 
-        running.unsubscribe.append(_subscribe(FactLogger().handle, FactLogger.KINDS))
+        running.unsubscribe.append(_subscribe(FactLogger().handle))
 
 
 def _subscribe(handler: Any, kinds: Any = None) -> Any:
