@@ -162,10 +162,10 @@ def _install(app: Any, worker: Any, running: _Running) -> None:
         running.unsubscribe.append(_subscribe(FactLogger().handle))
 
 
-def _subscribe(handler: Any, kinds: Any = None) -> Any:
+def _subscribe(handler: Any) -> Any:
     from xsm_celery.hooks import subscribe
 
-    return subscribe(handler, kinds)
+    return subscribe(handler)
 
 
 @signals.worker_ready.connect
