@@ -250,6 +250,35 @@ def test_failures_trip_the_fleet_breaker_and_then_defer_until_the_cooldown(
     ]
 
 
+def test_a_scheduled_retry_counts_as_a_failure_for_the_fleet_breaker(
+    make_app: Callable[..., Celery], facts: list[hooks.Fact]
+) -> None:
+    """A failure the chart retries (not only one it gives up on) is reported to the breaker."""
+    from celery.exceptions import Retry
+
+    name = f"pay-{uuid.uuid4().hex[:6]}"
+    app = make_app(xsm_breakers={name: {"failure_threshold": 2, "cooldown_ms": 20_000}})
+    xsm = Xsm(app)
+
+    @xsm.task(shared=False, name="t.pay.retrying", breaker=name,
+              retry_policy=RetryPolicy(max_attempts=5, base_ms=1))  # fmt: skip
+    def pay() -> None:
+        raise ConnectionError("gateway down")
+
+    for _ in range(2):
+        with pytest.raises(Retry):
+            deliver(pay)
+    transitions = [f.fields for f in facts if f.kind is hooks.FactKind.BREAKER_TRANSITION]
+    assert transitions == [
+        {"breaker": name, "from_state": "closed", "to_state": "open", "scope": "fleet"}
+    ]
+    republished(app)  # the two retries
+    with pytest.raises(Ignore):
+        deliver(pay)
+    [message] = republished(app)
+    assert json.loads(message.headers[DEFERRAL_HEADER])["reason"] == "breaker_open"
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [

@@ -1,6 +1,7 @@
 """Admission before a chart task's body runs: breaker, fleet rate, fleet slot; else defer.
 
-``run_admitted`` is the one call ``ChartTask`` makes. It asks, in this order, the breaker
+``run_admitted`` is the call ``ChartTask`` makes (``run_breaker_guarded`` when the task has
+only ``breaker=``, its hot path). It asks, in this order, the breaker
 (cheap while closed: no Redis round trip), the rate limiter and the slot pool. A "no" that
 would be answered within ``xsm_fleet_max_wait_ms`` (250 ms by default) is waited out in
 place; the worker slot is never held longer than that. Any longer "no" defers the task:
@@ -34,6 +35,7 @@ from typing import Any
 from celery.exceptions import Ignore, Reject, Retry
 from celery.utils.dispatch import Signal
 
+from xsm_celery.celery.execute import Retrying, run_step
 from xsm_celery.celery.fleet import FleetPlan
 from xsm_celery.errors import CircuitOpenError, DeferredTooLongError, StoreUnavailableError
 from xsm_celery.hooks import FactKind, emit
@@ -45,6 +47,7 @@ __all__ = [
     "RESERVATION_HEADER",
     "jittered_countdown",
     "run_admitted",
+    "run_breaker_guarded",
     "task_deferred",
 ]
 
@@ -112,8 +115,6 @@ def run_admitted(
     task: Any, plan: FleetPlan, bound: Any, args: Any, kwargs: Any, *, body: Callable[[], Any]
 ) -> Any:
     """Admit this delivery and run ``body``, or defer it (see the module docstring)."""
-    if plan.breaker_only:
-        return _run_breaker_only(task, plan, bound, args, kwargs, body)
     held = _Held()
     call_args, call_kwargs = tuple(args), dict(kwargs)
     reserved_for = (task.request.headers or {}).get(RESERVATION_HEADER)
@@ -146,10 +147,15 @@ def _outcome_of(exc: BaseException) -> str:
     return "failure"
 
 
-def _run_breaker_only(  # noqa: PLR0917 - the hot path of run_admitted, kept flat
-    task: Any, plan: FleetPlan, bound: Any, args: Any, kwargs: Any, body: Callable[[], Any]
+def run_breaker_guarded(
+    task: Any, plan: FleetPlan, bound: Any, args: Any, kwargs: Any
 ) -> Any:
-    """``run_admitted`` for a task with only ``breaker=``: no allocation while closed."""
+    """One step of a task with only ``breaker=``: the hot path, no allocation while closed.
+
+    Returns what ``run_step`` returns, so a scheduled retry comes back as ``Retrying`` for
+    ``ChartTask.__call__`` to raise (a short traceback is most of a cheap retry); it is
+    reported to the breaker as the failure it is.
+    """
     breaker = plan.breaker()
     try:
         admitted = breaker.admit()
@@ -165,15 +171,18 @@ def _run_breaker_only(  # noqa: PLR0917 - the hot path of run_admitted, kept fla
             raise _deferral(
                 task, plan, bound=bound, args=tuple(args), kwargs=dict(kwargs), defer=defer
             ) from None
-        return body()
+        return run_step(task, bound, args, kwargs)
     emit(FactKind.LIMIT_ADMITTED, task=plan.task_name)
     try:
-        result = body()
+        outcome = run_step(task, bound, args, kwargs)
     except BaseException as exc:
         _report(plan, breaker, admitted, _outcome_of(exc))
         raise
-    _report(plan, breaker, admitted, "success")
-    return result
+    if type(outcome) is Retrying:
+        _report(plan, breaker, admitted, _outcome_of(outcome.retry))
+    else:
+        _report(plan, breaker, admitted, "success")
+    return outcome
 
 
 def _report(plan: FleetPlan, breaker: Any, admitted: Any, outcome: str) -> None:

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
 
-from xsm_celery.celery.admission import run_admitted
+from xsm_celery.celery.admission import run_admitted, run_breaker_guarded
 from xsm_celery.celery.charts import ChartSpec
 from xsm_celery.celery.execute import Bound, Retrying, execute, run_step
 from xsm_celery.celery.fleet import fleet_plan
@@ -102,7 +102,8 @@ class ChartTask(Task):  # type: ignore[type-arg]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run one chart step, or the plain function when called directly (``task(...)``)."""
-        if self.request.called_directly:
+        request = self.request
+        if request.called_directly:
             return self.run(*args, **kwargs)
         bound = type(self)._xsm_bound
         if bound is None or bound.app is not self.app:
@@ -110,14 +111,18 @@ class ChartTask(Task):  # type: ignore[type-arg]
         fleet = type(self)._xsm_fleet
         if fleet is None or fleet[0] is not self.app:
             fleet = type(self)._xsm_fleet = (self.app, fleet_plan(type(self), self.app))
-        if fleet[1] is None or self.request.is_eager:
+        plan = fleet[1]
+        if plan is None or request.is_eager:
             outcome = run_step(self, bound, args, kwargs)
-            if type(outcome) is Retrying:
-                # Raised here, not deeper: Celery copies and formats every frame it passed.
-                raise outcome.retry
-            return outcome
-        body = functools.partial(execute, self, bound, args, kwargs)
-        return run_admitted(self, fleet[1], bound, args, kwargs, body=body)
+        elif plan.breaker_only:
+            outcome = run_breaker_guarded(self, plan, bound, args, kwargs)
+        else:
+            body = functools.partial(execute, self, bound, args, kwargs)
+            return run_admitted(self, plan, bound, args, kwargs, body=body)
+        if type(outcome) is Retrying:
+            # Raised here, not deeper: Celery copies and formats every frame it passed.
+            raise outcome.retry
+        return outcome
 
 
 def _bind(cls: type[ChartTask], app: Any) -> Bound:
