@@ -163,9 +163,13 @@ def test_a_task_over_its_fleet_rate_is_deferred_not_failed(
     assert signals[0]["reason"] == "rate_limited"
     assert 1 <= signals[0]["countdown"] <= 300
     assert "deferred t.rated" in caplog.text
-    kinds = [f.kind for f in facts]
-    assert hooks.FactKind.LIMIT_ADMITTED in kinds
-    assert hooks.FactKind.LIMIT_DEFERRED in kinds
+    # Both facts name the limit (the metrics' ``limit`` label, the status board's row).
+    limit = signals[0]["limit"]
+    assert limit
+    admitted = [f.fields for f in facts if f.kind is hooks.FactKind.LIMIT_ADMITTED]
+    deferred = [f.fields for f in facts if f.kind is hooks.FactKind.LIMIT_DEFERRED]
+    assert [(f["limit"], f["task"]) for f in admitted] == [(limit, "t.rated")]
+    assert [(f["limit"], f["reason"]) for f in deferred] == [(limit, "rate_limited")]
 
 
 def test_a_task_deferred_past_the_bound_is_dead_lettered_with_its_own_reason(
@@ -272,6 +276,8 @@ def test_a_scheduled_retry_counts_as_a_failure_for_the_fleet_breaker(
     assert transitions == [
         {"breaker": name, "from_state": "closed", "to_state": "open", "scope": "fleet"}
     ]
+    admitted = [f.fields["limit"] for f in facts if f.kind is hooks.FactKind.LIMIT_ADMITTED]
+    assert admitted == [name, name]
     republished(app)  # the two retries
     with pytest.raises(Ignore):
         deliver(pay)

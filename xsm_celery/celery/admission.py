@@ -85,6 +85,8 @@ class _Held:
     breaker_pass: Any = None
     lease: Any = None
     started_ms: float = 0.0
+    #: The names of the limits that admitted this run (breaker, rate key, slot key).
+    limits: tuple[str, ...] = ()
 
 
 class _Defer(Exception):
@@ -126,7 +128,8 @@ def run_admitted(
         raise _deferral(
             task, plan, bound=bound, args=call_args, kwargs=call_kwargs, defer=defer
         ) from None
-    emit(FactKind.LIMIT_ADMITTED, task=plan.task_name)
+    for name in held.limits:
+        emit(FactKind.LIMIT_ADMITTED, limit=name, task=plan.task_name)
     held.started_ms = time.monotonic() * 1000.0
     try:
         result = body()
@@ -172,7 +175,7 @@ def run_breaker_guarded(
                 task, plan, bound=bound, args=tuple(args), kwargs=dict(kwargs), defer=defer
             ) from None
         return run_step(task, bound, args, kwargs)
-    emit(FactKind.LIMIT_ADMITTED, task=plan.task_name)
+    emit(FactKind.LIMIT_ADMITTED, limit=breaker.name, task=plan.task_name)
     try:
         outcome = run_step(task, bound, args, kwargs)
     except BaseException as exc:
@@ -203,13 +206,16 @@ def _admit(  # noqa: PLR0917 - one private call site
     deadline = time.monotonic() + plan.settings.max_wait_ms / 1000.0
     if plan.breaker_name is not None:
         _admit_breaker(plan, held)
+        held.limits += (plan.breaker_name,)
     if plan.rate is not None:
         name = plan.name_for(plan.rate.key, args, kwargs)
+        held.limits += (name,)
         if reserved_for != name:
             _admit_rate(plan.limiter("rate", name), name, plan.rate.on_redis_down, deadline,
                         reserve_max_ms)  # fmt: skip
     if plan.concurrency is not None:
         name = plan.name_for(plan.concurrency.key, args, kwargs)
+        held.limits += (name,)
         slots = plan.limiter("slots", name)
         from xsm_celery.redis.concurrency import RENEWER, new_holder
 
@@ -359,7 +365,7 @@ def _deferral(
     )
     signature.apply_async()
     FLEET_COUNTERS[("deferred", defer.reason)] += 1
-    emit(FactKind.LIMIT_DEFERRED, task=plan.task_name, reason=defer.reason)
+    emit(FactKind.LIMIT_DEFERRED, limit=defer.limit, task=plan.task_name, reason=defer.reason)
     if not getattr(task, "ignore_result", False) and request.id:
         try:
             task.update_state(
@@ -430,5 +436,6 @@ def _dead_letter(
         )
     )
     FLEET_COUNTERS[("dead_lettered", defer.reason)] += 1
-    emit(FactKind.LIMIT_DEFERRED, task=plan.task_name, reason="deferred_too_long")
+    emit(FactKind.LIMIT_DEFERRED, limit=defer.limit, task=plan.task_name,
+         reason="deferred_too_long")  # fmt: skip
     return error
