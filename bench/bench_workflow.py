@@ -29,6 +29,16 @@ remains is those two statements doing more (an inbox row and a log row per event
 chart step. Measured on that host, best of three (medians in brackets), one run after the
 other: before 29% (57%), after 84% (91%); see ``docs/workflows.md``'s Sizing.
 
+Later (py-spy of both workers, 3,000 events each, and cProfile on the CPU clock in one
+process): both tasks paid a fifth round trip, SQLAlchemy's ``pool_pre_ping`` on every
+checkout. The stores now ping only a connection idle for ``PING_IDLE_S`` (a dead one used
+sooner fails as an outage, retried uncounted); the hand-written peer keeps
+``pool_pre_ping=True``. The rest of the gap is the server's extra writes (the inbox row and
+its receipt, the log row) and about 150 us of Python per step, spread thin: the chart's
+restore, send and dump, SQLAlchemy's result set-up for the claim's five columns, Celery's
+``saferepr`` of the step's result dict. Quiet 2-core machine: 74% (84%) before the idle
+ping, 79% (78%) after.
+
 Run: ``python -m bench.bench_workflow`` (Redis on 127.0.0.1:6379 and
 PostgreSQL on 127.0.0.1:5432, or ``XSM_BENCH_REDIS`` / ``XSM_BENCH_POSTGRES``).
 """

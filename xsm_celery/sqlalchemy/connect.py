@@ -5,11 +5,20 @@ so that the same rules hold for dead letters, timers and the outbox: a SQLite fi
 creates is readable by its owner only (it holds redacted but still sensitive payloads), a
 file that is missing can be refused instead of created (an operator's typo must not produce
 an empty store that reports "no dead letters"), and a pool never crosses ``fork()``.
+
+A pooled PostgreSQL connection is pinged before use only when it sat idle for
+``PING_IDLE_S`` or more. SQLAlchemy's ``pool_pre_ping`` pings on every checkout, one more
+round trip per transaction: a fifth of a workflow step. A connection back in use within a
+second is almost always alive; when it is not (the server restarted in that second), the
+statement fails as a disconnect, SQLAlchemy drops the pool, and the stores report a
+``StoreUnavailableError``, which every caller retries uncounted. Pass ``pool_pre_ping=True``
+to ``make_engine`` to ping on every checkout instead.
 """
 
 from __future__ import annotations
 
 import os
+import time
 import weakref
 from pathlib import Path
 from typing import Any
@@ -22,6 +31,7 @@ from xsm_celery.errors import ConfigurationError, StoreUnavailableError
 
 __all__ = [
     "FILE_MODE",
+    "PING_IDLE_S",
     "SQLITE_BUSY_TIMEOUT_S",
     "make_engine",
     "normalize_url",
@@ -31,6 +41,12 @@ __all__ = [
 
 #: Seconds a SQLite writer waits for another process's write lock before giving up.
 SQLITE_BUSY_TIMEOUT_S = 15.0
+
+#: A pooled connection idle at least this many seconds is pinged before it is used again.
+PING_IDLE_S = 1.0
+
+#: Where a pooled connection's record keeps the moment it went back to the pool.
+_IDLE_SINCE = "xsm_idle_since"
 
 #: Mode of the SQLite files the stores create: the owner reads and writes, nobody else.
 FILE_MODE = 0o600
@@ -107,8 +123,9 @@ def make_engine(url: str | URL, *, must_exist: bool = False, **kwargs: Any) -> E
     elif parsed.get_backend_name() == "sqlite":
         kwargs.setdefault("poolclass", StaticPool)
         kwargs.setdefault("connect_args", {}).setdefault("check_same_thread", False)
-    else:
-        kwargs.setdefault("pool_pre_ping", True)
+    ping_idle = path is None and parsed.get_backend_name() != "sqlite" and (
+        "pool_pre_ping" not in kwargs
+    )
     try:
         engine = sa.create_engine(parsed, **kwargs)
     except (ImportError, sa.exc.NoSuchModuleError, sa.exc.ArgumentError) as exc:
@@ -118,6 +135,8 @@ def make_engine(url: str | URL, *, must_exist: bool = False, **kwargs: Any) -> E
         ) from None
     if path is not None:
         sa.event.listen(engine, "connect", _sqlite_pragmas)
+    if ping_idle:
+        _ping_when_idle(engine)
     _dispose_after_fork(engine)
     return engine
 
@@ -157,6 +176,28 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 #: Engines made here that are still alive; a forked child drops their pooled connections.
 _ENGINES: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Ping a pooled connection on checkout only after ``PING_IDLE_S`` in the pool."""
+    dialect = engine.dialect
+
+    def checked_in(dbapi_connection: Any, record: Any) -> None:
+        if record is not None:
+            record.info[_IDLE_SINCE] = time.monotonic()
+
+    def checked_out(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        since = record.info.get(_IDLE_SINCE)
+        if since is None or time.monotonic() - since < PING_IDLE_S:
+            return  # just connected, or back within a second
+        try:
+            dialect.do_ping(dbapi_connection)
+        except Exception as exc:
+            # The pool replaces the connection and tries again (SQLAlchemy's own protocol).
+            raise sa.exc.DisconnectionError(f"idle connection failed its ping: {exc}") from exc
+
+    sa.event.listen(engine, "checkin", checked_in)
+    sa.event.listen(engine, "checkout", checked_out)
 
 
 def _dispose_after_fork(engine: Engine) -> None:

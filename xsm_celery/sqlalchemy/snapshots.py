@@ -139,7 +139,11 @@ class SQLAlchemyDatabase:
             try:
                 yield fresh
             finally:
-                fresh.info.pop(_READ_ONLY, None)
+                # An invalidated connection (the server went away mid-read) cannot even show
+                # its info without a rollback; touching it would turn the outage the read
+                # reported into a refusal.
+                if not fresh.invalidated:
+                    fresh.info.pop(_READ_ONLY, None)
                 fresh.rollback()
 
     @contextlib.contextmanager
