@@ -28,6 +28,7 @@ from xsm_celery.eda.envelope import DEFAULT_MAX_ENVELOPE_BYTES
 from xsm_celery.errors import BrokerError, BrokerPublishError, BrokerUnavailableError
 from xsm_celery.kombu.inbound import Inbound, settle_message
 from xsm_celery.kombu.partitions import Partitioning
+from xsm_celery.kombu.redis_client import reuse_redis_client
 from xsm_celery.kombu.subscription import Held, Subscription
 from xsm_celery.kombu.wire import AMQP_DRIVERS, declare_queue, publish_options
 
@@ -322,7 +323,9 @@ class KombuBrokerAdapter:
     def _ensure_producer(self) -> Producer:
         if self._producer is None:
             _reconnect(self._pub_conn, self.retries)
-            self._producer = Producer(self._pub_conn.default_channel, auto_declare=False)
+            channel = self._pub_conn.default_channel
+            reuse_redis_client(channel)
+            self._producer = Producer(channel, auto_declare=False)
         return self._producer
 
     def _reset_producer(self) -> None:
@@ -349,8 +352,10 @@ class KombuBrokerAdapter:
             return sub
 
     def _start_consumer(self, sub: Subscription) -> None:
+        channel = self._sub_conn.channel()
+        reuse_redis_client(channel)  # every ack is a Redis pipeline
         consumer = Consumer(
-            self._sub_conn.channel(),
+            channel,
             queues=[self._queue(name) for name in sub.queues],
             on_message=self._inbound.receiver(sub),
             prefetch_count=self.prefetch,
