@@ -1,4 +1,8 @@
-"""The adapter's kombu Redis channels reuse one redis-py client instead of one per command."""
+"""The adapter's kombu Redis channels reuse one redis-py client instead of one per command.
+
+That the reused client survives a Redis restart is ``test_adapter``'s
+``test_publish_survives_a_redis_restart`` and ``test_dispatch_faults``' restart test.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ import pytest
 import redis
 from kombu import Connection
 
-from tests.kombu.private_redis import PrivateRedis
 from xsm_celery.eda import Envelope, new_id
 from xsm_celery.kombu import KombuBrokerAdapter
 from xsm_celery.kombu.redis_client import reuse_redis_client
@@ -64,13 +67,3 @@ def test_channels_of_other_transports_are_left_alone() -> None:
     with Connection("memory://") as conn:
         channel = conn.default_channel
         assert not reuse_redis_client(channel)
-
-
-def test_a_reused_client_survives_a_redis_restart(running_redis: PrivateRedis) -> None:
-    topic = f"reuse-{new_id()}"
-    with KombuBrokerAdapter(running_redis.url(5)) as adapter:
-        adapter.publish(topic, Envelope.new(type="t", subject="before"))
-        running_redis.restart()
-        adapter.publish(topic, Envelope.new(type="t", subject="after"))
-        got = [d.envelope.subject for d in adapter.subscribe(topic, timeout=0.5)]
-    assert sorted(got) == ["after", "before"]
