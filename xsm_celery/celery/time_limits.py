@@ -59,6 +59,12 @@ def _note_time_limit(task: Any, task_id: str) -> None:
         markers = stores_for(task.app).markers()
         started = markers.started(task_id)
         markers.mark(task_id + TIME_LIMIT_MARKER_SUFFIX, int(started or 1))
+        # The redelivery reads this note, and it may start at once: Redis markers hold a
+        # mark in the kernel until a bunch fills (up to 200 ms), so push it and wait for
+        # its reply before the message goes back to the broker.
+        flush = getattr(markers, "flush", None)
+        if flush is not None:
+            flush()
     except Exception:
         logger.warning(
             "could not record the time-limit kill of %s[%s]; its redelivery counts as a "
