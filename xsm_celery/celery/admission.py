@@ -150,9 +150,7 @@ def _outcome_of(exc: BaseException) -> str:
     return "failure"
 
 
-def run_breaker_guarded(
-    task: Any, plan: FleetPlan, bound: Any, args: Any, kwargs: Any
-) -> Any:
+def run_breaker_guarded(task: Any, plan: FleetPlan, bound: Any, args: Any, kwargs: Any) -> Any:
     """One step of a task with only ``breaker=``: the hot path, no allocation while closed.
 
     Returns what ``run_step`` returns, so a scheduled retry comes back as ``Retrying`` for

@@ -19,8 +19,9 @@ _MARK = "_xsm_reuses_client"
 
 
 def reuse_redis_client(channel: Any) -> bool:
-    """Make ``channel`` (a kombu Redis channel) reuse its redis-py client; other channels
-    are left alone. Returns whether the channel now reuses its client.
+    """Make a kombu Redis ``channel`` reuse its redis-py client; return whether it does.
+
+    Channels of other transports are left as they are.
     """
     if getattr(channel, _MARK, False):
         return True

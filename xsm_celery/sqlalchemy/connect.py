@@ -123,9 +123,7 @@ def make_engine(url: str | URL, *, must_exist: bool = False, **kwargs: Any) -> E
     elif parsed.get_backend_name() == "sqlite":
         kwargs.setdefault("poolclass", StaticPool)
         kwargs.setdefault("connect_args", {}).setdefault("check_same_thread", False)
-    ping_idle = path is None and parsed.get_backend_name() != "sqlite" and (
-        "pool_pre_ping" not in kwargs
-    )
+    ping_idle = parsed.get_backend_name() != "sqlite" and "pool_pre_ping" not in kwargs
     try:
         engine = sa.create_engine(parsed, **kwargs)
     except (ImportError, sa.exc.NoSuchModuleError, sa.exc.ArgumentError) as exc:
