@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from celery import Celery
-from celery.exceptions import Ignore
+from celery.exceptions import Ignore, Retry
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -258,8 +258,6 @@ def test_a_scheduled_retry_counts_as_a_failure_for_the_fleet_breaker(
     make_app: Callable[..., Celery], facts: list[hooks.Fact]
 ) -> None:
     """A failure the chart retries (not only one it gives up on) is reported to the breaker."""
-    from celery.exceptions import Retry
-
     name = f"pay-{uuid.uuid4().hex[:6]}"
     app = make_app(xsm_breakers={name: {"failure_threshold": 2, "cooldown_ms": 20_000}})
     xsm = Xsm(app)
