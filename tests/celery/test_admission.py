@@ -23,6 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests import services
+from tests.celery.queues import drain_queue
 from xsm_celery import hooks
 from xsm_celery.celery import Xsm
 from xsm_celery.celery.admission import (
@@ -87,23 +88,6 @@ def deliver(task: Any, *args: Any, headers: dict[str, Any] | None = None) -> Any
         task.pop_request()
 
 
-def republished(app: Celery) -> list[Any]:
-    """The messages waiting on the app's queue (the deferrals), drained."""
-    found = []
-    with app.connection_for_read() as conn:
-        queue = conn.SimpleQueue(app.conf.task_default_queue)
-        try:
-            while True:
-                message = queue.get(timeout=0.2)
-                found.append(message)
-                message.ack()
-        except queue.Empty:
-            pass
-        finally:
-            queue.close()
-    return found
-
-
 def define(app: Celery, **options: Any) -> Any:
     """Define and bind a no-op chart task with ``options`` (binding runs the checks)."""
     name = f"t.defined{uuid.uuid4().hex[:6]}"
@@ -153,7 +137,7 @@ def test_a_task_over_its_fleet_rate_is_deferred_not_failed(
     finally:
         task_deferred.disconnect(on_deferred)
     assert ran == [1]
-    [message] = republished(app)
+    [message] = drain_queue(app)
     assert message.headers["task"] == "t.rated"
     assert message.headers["xsm_chart"] == '{"context": {"attempt": 0}}'
     history = json.loads(message.headers[DEFERRAL_HEADER])
@@ -195,7 +179,7 @@ def test_a_task_deferred_past_the_bound_is_dead_lettered_with_its_own_reason(
     [record] = open_dead_letter_store(app.conf.xsm_dead_letter_store).list()
     assert record.reason == "deferred_too_long"
     assert record.task_name == "t.starved"
-    assert republished(app) == []
+    assert drain_queue(app) == []
 
 
 def test_redis_down_follows_each_options_choice(
@@ -222,7 +206,7 @@ def test_redis_down_follows_each_options_choice(
     assert "running the task without it (on_redis_down='open')" in caplog.text
     with pytest.raises(Ignore):
         deliver(closed)
-    [message] = republished(app)
+    [message] = drain_queue(app)
     assert json.loads(message.headers[DEFERRAL_HEADER])["reason"] == "redis_down"
     downs = [f.fields["choice"] for f in facts if f.kind is hooks.FactKind.BACKEND_UNAVAILABLE]
     assert downs == ["open", "closed"]
@@ -243,10 +227,10 @@ def test_failures_trip_the_fleet_breaker_and_then_defer_until_the_cooldown(
     for _ in range(2):
         with pytest.raises(ConnectionError):
             deliver(pay)
-    republished(app)  # nothing: failures dead-letter, they are not deferrals
+    drain_queue(app)  # nothing: failures dead-letter, they are not deferrals
     with pytest.raises(Ignore):
         deliver(pay)
-    [message] = republished(app)
+    [message] = drain_queue(app)
     assert json.loads(message.headers[DEFERRAL_HEADER])["reason"] == "breaker_open"
     transitions = [f.fields for f in facts if f.kind is hooks.FactKind.BREAKER_TRANSITION]
     assert transitions == [
@@ -276,10 +260,10 @@ def test_a_scheduled_retry_counts_as_a_failure_for_the_fleet_breaker(
     ]
     admitted = [f.fields["limit"] for f in facts if f.kind is hooks.FactKind.LIMIT_ADMITTED]
     assert admitted == [name, name]
-    republished(app)  # the two retries
+    drain_queue(app)  # the two retries
     with pytest.raises(Ignore):
         deliver(pay)
-    [message] = republished(app)
+    [message] = drain_queue(app)
     assert json.loads(message.headers[DEFERRAL_HEADER])["reason"] == "breaker_open"
 
 
@@ -360,7 +344,7 @@ def test_a_key_callable_gives_each_customer_its_own_limit(
         deliver(per_customer, "a")
     deliver(per_customer, "b")
     assert ran == ["a", "b"]
-    [message] = republished(app)
+    [message] = drain_queue(app)
     assert json.loads(message.headers[DEFERRAL_HEADER])["reason"] == "rate_limited"
 
 

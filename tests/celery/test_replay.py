@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 from celery import Celery
-from kombu import Connection
 
+from tests.celery.queues import drain_queue
 from xsm_celery.celery import HEADER, ChartTask, replay_task
 from xsm_celery.errors import ReplayRefusedError
 from xsm_celery.patterns import DeadLetter, RetryPolicy
@@ -47,23 +47,6 @@ def dead_letter(app: Celery, *args: Any, **kwargs: Any) -> DeadLetter:
     return next(r for r in store(app).all() if r.task_id == result.id)
 
 
-def sent(app: Celery) -> list[Any]:
-    """Messages published to the app's queue."""
-    out = []
-    with Connection(app.conf.broker_url) as conn:
-        queue = conn.SimpleQueue(app.conf.task_default_queue)
-        try:
-            while True:
-                message = queue.get(timeout=0.05)
-                out.append(message)
-                message.ack()
-        except queue.Empty:
-            pass
-        finally:
-            queue.close()
-    return out
-
-
 def test_a_dry_run_changes_nothing(app: Celery) -> None:
     """The default dry run reports the call and sends, resolves and audits nothing."""
     record = dead_letter(app, "o-1", 5)
@@ -72,7 +55,7 @@ def test_a_dry_run_changes_nothing(app: Celery) -> None:
     assert result.task_id is None
     assert "would send shop.charge" in result.outcome
     assert result.args == ["o-1", 5]
-    assert sent(app) == []
+    assert drain_queue(app, timeout=0.05) == []
     assert store(app).get(record.id).resolved_at is None
     assert store(app).audit_log(record.id) == []
 
@@ -83,7 +66,7 @@ def test_a_real_replay_sends_a_fresh_chart_resolves_and_audits(app: Celery) -> N
     result = replay_task(
         store(app), record.id, app, reason="gateway fixed", dry_run=False, actor="ana"
     )
-    (message,) = sent(app)
+    (message,) = drain_queue(app, timeout=0.05)
     assert message.headers["id"] == result.task_id != record.task_id
     assert message.headers["task"] == "shop.charge"
     assert HEADER not in message.headers
@@ -99,7 +82,7 @@ def test_a_real_replay_needs_a_reason(app: Celery) -> None:
     record = dead_letter(app, "o-3", 1)
     with pytest.raises(ReplayRefusedError, match="needs a reason"):
         replay_task(store(app), record.id, app, reason="  ", dry_run=False)
-    assert sent(app) == []
+    assert drain_queue(app, timeout=0.05) == []
 
 
 def test_a_resolved_record_is_not_sent_twice(app: Celery) -> None:
@@ -108,7 +91,7 @@ def test_a_resolved_record_is_not_sent_twice(app: Celery) -> None:
     replay_task(store(app), record.id, app, reason="first", dry_run=False)
     with pytest.raises(ReplayRefusedError, match="already resolved"):
         replay_task(store(app), record.id, app, reason="again", dry_run=False)
-    assert len(sent(app)) == 1
+    assert len(drain_queue(app, timeout=0.05)) == 1
 
 
 def test_unknown_ids_and_foreign_records_are_refused(app: Celery) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import uuid
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ import redis as redis_lib
 from tests import services
 from tests.celery.conftest import _with_db
 from tests.celery.test_worker_processes import TASKS, retries
+from tests.celery.workerapp import tracebacks_key
 from tests.celery.workers import BACKEND_DB, BROKER_DB, Cluster, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -79,5 +81,25 @@ def test_a_chart_retry_is_visible_as_a_celery_retry(events_cluster: Cluster) -> 
     retried = [e for e in seen["task-retried"] if e["uuid"] == result.id]
     assert len(retried) == 1
     assert "ConnectionError" in retried[0]["exception"]
-    signals = retries(redis_lib.Redis.from_url(events_cluster.backend), result.id)
+    results_redis = redis_lib.Redis.from_url(events_cluster.backend)
+    signals = retries(results_redis, result.id)
     assert [(task_id, cause) for task_id, _, cause in signals] == [(result.id, "ConnectionError")]
+    # The prefork child's tracer was rebuilt: the retry's text is its own line, no frames.
+    line = r"xsm_celery\.celery\.tracer\.ChartRetry: Retry in [0-9.e-]+s: ConnectionError\('upstream"
+    [signalled] = results_redis.lrange(tracebacks_key(result.id), 0, -1)
+    assert re.fullmatch(rf"{line} 503 for {tag}'\)\n", signalled.decode())
+    assert retried[0]["traceback"] == signalled.decode()
+
+
+def test_a_waiting_chart_retry_is_in_the_retry_state_with_its_cause(
+    events_cluster: Cluster,
+) -> None:
+    """Between the failure and its retry the backend says RETRY, with the cause as result."""
+    app = events_cluster.producer()
+    tag = uuid.uuid4().hex
+    result = app.send_task(f"{TASKS}.retried_later", args=(tag,))
+    wait_for(lambda: result.state == "RETRY", 10, "the RETRY state")
+    assert isinstance(result.result, ConnectionError)
+    assert str(result.result) == f"upstream 503 for {tag}"
+    assert result.traceback.startswith("xsm_celery.celery.tracer.ChartRetry: Retry in 1.5s: ")
+    assert result.get(timeout=20) == f"ok:{tag}"

@@ -7,12 +7,12 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from celery import Celery
 from kombu import Connection
 
+from tests.celery.queues import drain_queue
 from xsm_celery.celery import HEADER, ChartTask, Xsm, fire_due_timers
 from xsm_celery.celery.timers import FIRE_TIMERS_TASK, schedule_retry
 from xsm_celery.patterns import RetryPolicy
@@ -39,23 +39,6 @@ def app(tmp_path: Path, redis_url: str) -> Iterator[Celery]:
 def timers(app: Celery) -> SQLAlchemyTimerStore:
     """The app's timer store."""
     return SQLAlchemyTimerStore(app.conf.xsm_timer_store)
-
-
-def queued(app: Celery) -> list[Any]:
-    """The messages waiting in the app's queue (drained)."""
-    messages = []
-    with Connection(app.conf.broker_url) as conn:
-        queue = conn.SimpleQueue(app.conf.task_default_queue)
-        try:
-            while True:
-                message = queue.get(timeout=0.2)
-                messages.append(message)
-                message.ack()
-        except queue.Empty:
-            pass
-        finally:
-            queue.close()
-    return messages
 
 
 def schedule(app: Celery, task_id: str, due_at: float) -> None:
@@ -97,7 +80,7 @@ def test_due_timers_are_published_with_the_same_id_and_header(app: Celery) -> No
     schedule(app, "task-1", now - 1)
     schedule(app, "task-2", now + 3600)
     assert fire_due_timers(app, now=now) == 1
-    (message,) = queued(app)
+    (message,) = drain_queue(app)
     assert message.headers["id"] == "task-1"
     assert message.headers["task"] == "shop.charge"
     assert message.headers["retries"] == 1
@@ -111,7 +94,7 @@ def test_nothing_is_published_before_it_is_due(app: Celery) -> None:
     now = time.time()
     schedule(app, "task-1", now + 60)
     assert fire_due_timers(app, now=now) == 0
-    assert queued(app) == []
+    assert drain_queue(app) == []
     assert len(timers(app).due(now=now + 61)) == 1
 
 
@@ -122,7 +105,7 @@ def test_a_beat_that_died_after_claiming_loses_nothing(app: Celery) -> None:
     assert len(timers(app).claim(now, 10, "dead-beat", lease_s=30)) == 1
     assert fire_due_timers(app, now=now, owner="new-beat") == 0
     assert fire_due_timers(app, now=now + 31, owner="new-beat") == 1
-    assert [m.headers["id"] for m in queued(app)] == ["task-1"]
+    assert [m.headers["id"] for m in drain_queue(app)] == ["task-1"]
 
 
 def test_a_failed_publish_keeps_the_row_for_a_later_tick(tmp_path: Path) -> None:

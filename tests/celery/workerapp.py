@@ -68,12 +68,20 @@ def _count(tag: str) -> int:
     return int(_redis.incr(calls_key(tag)))
 
 
+def tracebacks_key(task_id: str) -> str:
+    """Redis list where the worker records the traceback text of each ``task_retry`` einfo."""
+    return f"xsm-test:retry-tracebacks:{task_id}"
+
+
 @task_retry.connect
-def _record_retry(sender: Any = None, request: Any = None, reason: Any = None, **_: Any) -> None:
-    """Record each retry's task id, countdown and cause, in order."""
+def _record_retry(
+    sender: Any = None, request: Any = None, reason: Any = None, einfo: Any = None, **_: Any
+) -> None:
+    """Record each retry's task id, countdown and cause, in order, and its einfo's text."""
     when = reason.when if isinstance(reason.when, int | float) else str(reason.when)
     cause = type(reason.exc).__name__ if reason.exc is not None else None
     _redis.rpush(events_key(request.id), repr((request.id, when, cause)))
+    _redis.rpush(tracebacks_key(request.id), einfo.traceback)
 
 
 @app.task(
@@ -84,6 +92,14 @@ def _record_retry(sender: Any = None, request: Any = None, reason: Any = None, *
 def jittered(tag: str, failures: int) -> str:
     """Fail ``failures`` times with ConnectionError, then succeed."""
     if _count(tag) <= failures:
+        raise ConnectionError(f"upstream 503 for {tag}")
+    return f"ok:{tag}"
+
+
+@xsm.task(shared=False, retry_policy=RetryPolicy(max_attempts=2, base_ms=1500, jitter="none"))
+def retried_later(tag: str) -> str:
+    """Fail once with ConnectionError, then succeed on the retry 1.5 s later."""
+    if _count(tag) == 1:
         raise ConnectionError(f"upstream 503 for {tag}")
     return f"ok:{tag}"
 

@@ -33,6 +33,7 @@ from xsm_celery.celery.service import celery_service
 from xsm_celery.celery.settings import XsmSettings, read_settings, register_keys
 from xsm_celery.celery.task import ChartTask
 from xsm_celery.celery.timers import FIRE_TIMERS_TASK, fire_due_timers, fire_timers
+from xsm_celery.celery.tracer import ChartRetry
 from xsm_celery.celery.workflow import Workflow, workflow_named, workflows_of
 from xsm_celery.celery.workflow_stores import WorkflowStores
 from xsm_celery.celery.workflow_view import PendingTimer, WorkflowView
@@ -41,6 +42,7 @@ from xsm_celery.errors import TaskGaveUp, WorkerLost
 __all__ = [
     # Tasks
     "ChartTask",
+    "ChartRetry",
     "DjangoChartTask",
     "Xsm",
     "TaskGaveUp",

@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, assert_never
 
-from celery.exceptions import Retry
-
 from xsm_celery.celery.attempt import FirstAttempt, Run, Settled, Verdict, run_chart
 from xsm_celery.celery.canvas import canvas_of
 from xsm_celery.celery.dead_letters import DeadLetterWriter, TaskFailure
@@ -33,6 +31,7 @@ from xsm_celery.celery.spool import DeadLetterSpool
 from xsm_celery.celery.stores import stores_for
 from xsm_celery.celery.time_limits import lost_attempt_error
 from xsm_celery.celery.timers import schedule_retry
+from xsm_celery.celery.tracer import ChartRetry, chart_retry
 from xsm_celery.engine import Machine
 from xsm_celery.errors import TaskGaveUp
 from xsm_celery.hooks import FactKind, emit
@@ -229,10 +228,8 @@ def _retry(
          attempt=interp.context.get("attempt"))  # fmt: skip
     emit(FactKind.OUTBOUND, carrier=headers)
     if not durable:
-        result: BaseException = task.retry(
-            countdown=delay_s, exc=error, headers=headers, throw=False
-        )
-        return result
+        scheduled = task.retry(countdown=delay_s, exc=error, headers=headers, throw=False)
+        return chart_retry(scheduled)
     due = time.time() + delay_s
     request = task.request
     schedule_retry(
@@ -248,7 +245,7 @@ def _retry(
     )
     emit(FactKind.TIMER_SCHEDULED, task=str(task.name), delay_s=delay_s, purpose="retry")
     cause = error if isinstance(error, Exception) else None
-    return Retry(exc=cause, when=datetime.fromtimestamp(due, tz=timezone.utc))
+    return ChartRetry(exc=cause, when=datetime.fromtimestamp(due, tz=timezone.utc))
 
 
 def _type_name(error: BaseException | None) -> str | None:

@@ -31,6 +31,7 @@ from xsm_celery.celery.header import HeaderCodec, signing_key
 from xsm_celery.celery.machine import build_task_machine, first_attempt
 from xsm_celery.celery.serialization import require_json
 from xsm_celery.celery.settings import read_settings
+from xsm_celery.celery.tracer import ChartTracerSlot
 from xsm_celery.engine import Machine, MachineLogic
 from xsm_celery.errors import ConfigurationError, WorkerLost
 from xsm_celery.patterns import RetryPolicy
@@ -88,6 +89,8 @@ class ChartTask(Task):  # type: ignore[type-arg]
     #: A hard time limit requeues the message (see ``time_limits``), counted as a lost attempt.
     acks_on_timeout = False
     Request = "xsm_celery.celery.time_limits:ChartTaskRequest"
+    #: The worker's tracer, rebuilt to record the chart's retries cheaply (see ``tracer``).
+    __trace__ = ChartTracerSlot()
     max_retries = None
     _xsm_bound: ClassVar[Bound | None] = None
     _xsm_fleet: ClassVar[tuple[Any, Any] | None] = None
