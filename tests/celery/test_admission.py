@@ -273,7 +273,8 @@ def test_a_scheduled_retry_counts_as_a_failure_for_the_fleet_breaker(
         ({"fleet_rate_limit": "fast"}, "is not a rate"),
         ({"fleet_concurrency": 0}, "fleet_concurrency must be an integer >= 1"),
         ({"fleet_concurrency": "3"}, "must be an integer, Concurrency(3) or AIMD"),
-        ({"breaker": "paymnets"}, "did you mean 'payments'"),
+        ({"breaker": "paymnets"}, "unknown breaker 'paymnets'; did you mean 'payments'? Valid"),
+        ({"breaker": "zzz"}, "unknown breaker 'zzz'. Valid names: payments (the breakers"),
     ],
 )
 def test_bad_options_are_refused_when_the_task_is_defined(

@@ -14,7 +14,6 @@ This module parses and checks the options once per task class; ``admission`` app
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import threading
@@ -33,6 +32,7 @@ from xsm_celery.celery.fleet_options import (
     parse_rate,
 )
 from xsm_celery.celery.settings import register_keys
+from xsm_celery.checks import unknown_name_message
 from xsm_celery.errors import ConfigurationError
 
 __all__ = [
@@ -304,11 +304,9 @@ def _check_breaker(breaker: Any, settings: FleetSettings, task: str) -> None:
             "configured in app.conf.xsm_breakers"
         )
     if settings.breakers and breaker not in settings.breakers:
-        close = difflib.get_close_matches(breaker, list(settings.breakers), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        known = unknown_name_message("breaker", breaker, settings.breakers)
         raise ConfigurationError(
-            f"task {task!r}: breaker {breaker!r} is not in app.conf.xsm_breakers{hint} "
-            f"Configured: {', '.join(sorted(settings.breakers))}"
+            f"task {task!r}: {known} (the breakers configured in app.conf.xsm_breakers)"
         )
     options = dict(settings.breakers.get(breaker, {}))
     options.pop("on_redis_down", None)
