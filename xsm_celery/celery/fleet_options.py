@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from xsm_celery.checks import positive_int
 from xsm_celery.errors import ConfigurationError
 
 __all__ = ["AIMD", "Concurrency", "Key", "RateLimit", "RedisDown", "check_down", "parse_rate"]
@@ -106,10 +107,7 @@ class Concurrency:
     on_redis_down: RedisDown = "closed"
 
     def __post_init__(self) -> None:
-        if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1:
-            raise ConfigurationError(
-                f"fleet_concurrency must be an integer >= 1, got {self.limit!r}"
-            )
+        positive_int("fleet_concurrency", self.limit)
         _check_lease(self.lease_s)
         _check_key(self.key, "Concurrency")
         check_down(self.on_redis_down, "Concurrency")

@@ -30,6 +30,7 @@ from xsm_celery.celery import setting_checks
 from xsm_celery.celery.app import RELAY_OUTBOX_TASK
 from xsm_celery.celery.django_stores import is_django_url, open_django_store
 from xsm_celery.celery.settings import register_keys
+from xsm_celery.checks import positive_int
 from xsm_celery.eda.relay import DEFAULT_BATCH, DEFAULT_MAX_ATTEMPTS, OutboxRelay
 from xsm_celery.errors import ConfigurationError
 from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S
@@ -149,9 +150,7 @@ def _config(app: Any) -> RelayConfig:
 
 def _check(config: RelayConfig) -> None:
     for name in ("batch", "max_batches", "max_attempts", "partitions"):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigurationError(f"relay option {name}={value!r} must be an integer >= 1")
+        positive_int(f"relay option {name}", getattr(config, name))
     if not (isinstance(config.lease_s, int | float) and config.lease_s > 0):
         raise ConfigurationError(f"relay option lease_s={config.lease_s!r} must be > 0 seconds")
 

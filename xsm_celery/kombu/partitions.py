@@ -12,6 +12,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable, Sequence
 
+from xsm_celery.checks import positive_int
 from xsm_celery.errors import ConfigurationError
 
 __all__ = ["Partitioning", "partition_of", "queue_name"]
@@ -46,8 +47,7 @@ class Partitioning:
     """
 
     def __init__(self, partitions: int = 1, consume: Iterable[int] | None = None) -> None:
-        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
-            raise ConfigurationError(f"partitions must be an integer >= 1, got {partitions!r}")
+        positive_int("partitions", partitions)
         self.partitions = partitions
         chosen = tuple(range(partitions)) if consume is None else tuple(sorted(set(consume)))
         for number in chosen:

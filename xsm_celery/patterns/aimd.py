@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
+from xsm_celery.checks import positive_int
 from xsm_celery.engine import Clock, WallClock
 from xsm_celery.errors import ConfigurationError
 from xsm_celery.hooks import FactKind, emit
@@ -69,8 +70,7 @@ class AIMDConfig:
     def __post_init__(self) -> None:
         for name in ("min_limit", "max_limit", "increase"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigurationError(f"{name} must be an integer >= 1, got {value!r}")
+            positive_int(name, value)
         if self.max_limit < self.min_limit:
             raise ConfigurationError(
                 f"max_limit ({self.max_limit}) must be >= min_limit ({self.min_limit})"

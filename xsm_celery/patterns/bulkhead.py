@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
+from xsm_celery.checks import positive_int
 from xsm_celery.errors import BulkheadRejectedError, ConfigurationError, MisuseError
 from xsm_celery.hooks import FactKind, emit
 
@@ -60,14 +61,7 @@ class BulkheadConfig:
     max_wait_s: float | None = None
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.max_concurrent, bool)
-            or not isinstance(self.max_concurrent, int)
-            or self.max_concurrent < 1
-        ):
-            raise ConfigurationError(
-                f"max_concurrent must be an integer >= 1, got {self.max_concurrent!r}"
-            )
+        positive_int("max_concurrent", self.max_concurrent)
         if (
             isinstance(self.queue_size, bool)
             or not isinstance(self.queue_size, int)

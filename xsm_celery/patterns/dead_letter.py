@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Protocol, runtime_checkable
 
+from xsm_celery.checks import positive_int
 from xsm_celery.errors import ArgumentTypeError, ConfigurationError
 from xsm_celery.ids import new_id
 
@@ -235,8 +236,7 @@ class DeadLetterStore:
         wall: Callable[[], float] = time.time,
     ) -> None:
         for name, value in (("max_records", max_records), ("max_audit", max_audit)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigurationError(f"{name} must be an integer >= 1, got {value!r}")
+            positive_int(name, value)
         self.max_records = max_records
         self._wall = wall
         self._records: dict[str, DeadLetter] = {}

@@ -22,8 +22,9 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from xsm_celery.checks import positive_int
 from xsm_celery.engine import DEFAULT_REDACT_KEYS, PluginBase, redact
-from xsm_celery.errors import ArgumentTypeError, ConfigurationError
+from xsm_celery.errors import ArgumentTypeError
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns.dead_letter import DeadLetter, DeadLetterReason
 from xsm_celery.patterns.error_chain import ERRORS_CONTEXT_KEY, error_entry
@@ -78,8 +79,7 @@ class DeadLetterPlugin(PluginBase):
         max_errors: int = DEFAULT_MAX_ERRORS,
         redact_keys: Iterable[str] = DEFAULT_REDACT_KEYS,
     ) -> None:
-        if isinstance(max_errors, bool) or not isinstance(max_errors, int) or max_errors < 1:
-            raise ConfigurationError(f"max_errors must be an integer >= 1, got {max_errors!r}")
+        positive_int("max_errors", max_errors)
         if isinstance(state_ids, str):
             raise ArgumentTypeError(
                 f"state_ids takes a list of state ids, got the string {state_ids!r}"

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar
 
+from xsm_celery.checks import positive_int
 from xsm_celery.errors import ArgumentTypeError, ConfigurationError
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns.retry import ExceptionTypes
@@ -73,8 +74,7 @@ class Fallback(Generic[T]):
 
         For a quick second chance; use ``RetryPolicy`` for backoff with jitter.
         """
-        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-            raise ConfigurationError(f"attempts must be an integer >= 1, got {attempts!r}")
+        positive_int("attempts", attempts)
         if isinstance(delay_s, bool) or not isinstance(delay_s, int | float) or not (
             0 <= delay_s < float("inf")
         ):

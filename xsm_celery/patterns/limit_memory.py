@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import threading
 
+from xsm_celery.checks import positive_int
 from xsm_celery.engine import Clock, WallClock
 from xsm_celery.errors import ConfigurationError
 from xsm_celery.patterns.limit_protocols import Admission, RateSpec
@@ -73,8 +74,7 @@ class MemoryConcurrencyBackend:
 
     def acquire(self, key: str, holder: str, limit: int, lease_s: float) -> Admission:
         """Take one of ``limit`` slots for ``holder`` (or renew the one it has)."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ConfigurationError(f"limit must be an integer >= 1, got {limit!r}")
+        positive_int("limit", limit)
         lease = _check_lease(lease_s)
         now_s = self._now_s()
         with self._lock:

@@ -34,6 +34,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
+from xsm_celery.checks import positive_int
 from xsm_celery.errors import ConfigurationError
 
 __all__ = [
@@ -66,12 +67,6 @@ def _positive_finite(name: str, value: object) -> float:
     if not math.isfinite(number) or number <= 0:
         raise ConfigurationError(f"{name} must be finite and > 0, got {value!r}")
     return number
-
-
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{name} must be an integer >= 1, got {value!r}")
-    return value
 
 
 class Admission(NamedTuple):
@@ -223,9 +218,9 @@ class BreakerSettings:
     window_size: int = 20
 
     def __post_init__(self) -> None:
-        _positive_int("failure_threshold", self.failure_threshold)
-        _positive_int("half_open_max_calls", self.half_open_max_calls)
-        _positive_int("window_size", self.window_size)
+        positive_int("failure_threshold", self.failure_threshold)
+        positive_int("half_open_max_calls", self.half_open_max_calls)
+        positive_int("window_size", self.window_size)
         cooldown = self.cooldown_ms
         if isinstance(cooldown, bool) or not isinstance(cooldown, int | float):
             raise ConfigurationError(
@@ -236,7 +231,7 @@ class BreakerSettings:
         if self.success_threshold is None:
             object.__setattr__(self, "success_threshold", self.half_open_max_calls)
         else:
-            _positive_int("success_threshold", self.success_threshold)
+            positive_int("success_threshold", self.success_threshold)
         rate = self.failure_rate_threshold
         if rate is not None and (
             isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate <= 1

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from xsm_celery.checks import positive_int
 from xsm_celery.engine import MachineLogic
 from xsm_celery.errors import ArgumentTypeError, ConfigurationError
 from xsm_celery.patterns.error_chain import ERRORS_CONTEXT_KEY
@@ -148,8 +149,7 @@ class RetryPolicy:
         retry_if: ErrorPredicate | None = None,
         retry_on_result: ResultPredicate | None = None,
     ) -> None:
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-            raise ConfigurationError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
+        positive_int("max_attempts", max_attempts)
         factor_value = _number("factor", factor, allow_inf=False)
         if factor_value < 1.0:
             raise ConfigurationError(

@@ -20,6 +20,7 @@ import threading
 import uuid
 from dataclasses import dataclass
 
+from xsm_celery.checks import positive_int
 from xsm_celery.errors import ConfigurationError, StoreUnavailableError
 from xsm_celery.redis.fleet_store import FleetKey, FleetRedis
 from xsm_celery.redis.rate_limit import Decision
@@ -84,8 +85,8 @@ class RedisSlots:
         lease_s: float = 30.0,
         aimd: AimdParams | None = None,
     ) -> None:
-        if aimd is None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise ConfigurationError(f"concurrency limit must be an integer >= 1, got {limit!r}")
+        if aimd is None:
+            positive_int("concurrency limit", limit)
         if not lease_s > 0:
             raise ConfigurationError(f"lease_s must be > 0 seconds, got {lease_s!r}")
         self.store = store

@@ -18,6 +18,7 @@ import threading
 import uuid
 from typing import Any
 
+from xsm_celery.checks import positive_int
 from xsm_celery.errors import ConfigurationError
 from xsm_celery.patterns.limit_protocols import (
     Admission,
@@ -120,8 +121,7 @@ class RedisConcurrencyBackend:
             ValueError: ``limit`` < 1 or ``lease_s`` not finite and positive.
             StoreUnavailableError: Redis could not be reached.
         """
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ConfigurationError(f"limit must be an integer >= 1, got {limit!r}")
+        positive_int("limit", limit)
         lease_ms = _lease(lease_s)
         fleet_key, zset, meta = self._keys(key)
         reply = self.store.run(
