@@ -177,6 +177,26 @@ def test_a_held_marker_survives_a_sigkill_after_replies_came_back(redis_url: str
     assert RedisAttemptMarkers(redis_url, 60).started(task_id) == 7
 
 
+def test_markers_go_on_after_redis_drops_their_connection(redis_url: str) -> None:
+    """Redis closing the marker connection costs at most the markers in flight, then the
+    markers reconnect on a new socket and are stored again."""
+    import redis as redis_lib
+
+    writer = RedisAttemptMarkers(redis_url, 60)
+    writer.mark(uuid.uuid4().hex, 1)
+    writer.flush()
+    local = writer._local.line.held.getsockname()
+    admin = redis_lib.Redis.from_url(redis_url)
+    assert admin.client_kill(f"{local[0]}:{local[1]}")
+    ids = [uuid.uuid4().hex for _ in range(40)]
+    for task_id in ids:
+        writer.mark(task_id, 3)
+    writer.flush()
+    assert writer._local.line.held.getsockname() != local
+    stored = [RedisAttemptMarkers(redis_url, 60).started(task_id) for task_id in ids]
+    assert stored[-35:] == [3] * 35
+
+
 def test_an_unreadable_marker_runs_the_redelivery_as_a_new_attempt(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

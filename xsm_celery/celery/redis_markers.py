@@ -46,6 +46,49 @@ DRAIN_EVERY = 32
 _MSG_MORE: int = getattr(socket, "MSG_MORE", 0)
 
 
+class _Line:
+    """One thread's marker connection, and what ``mark()`` needs of its socket, kept.
+
+    ``mark()`` is on every attempt's path, where the worker's other work has just pushed it
+    out of the CPU's caches, so each attribute walk and object built there counts: the socket
+    checks and the poll object are made once per socket, not once per marker.
+    """
+
+    __slots__ = ("conn", "held", "pending", "poller", "sock")
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.pending = 0
+        self.sock: object = None
+        self.held: socket.socket | None = None
+        self.poller: Any = None
+
+    def refresh(self) -> socket.socket | None:
+        """The socket a send may be held on, re-read when redis-py has replaced its socket."""
+        # redis-py keeps its socket in ``_sock`` (None while disconnected).
+        sock = getattr(self.conn, "_sock", None)
+        if sock is not self.sock:
+            self.sock = sock
+            self.held = _held_socket(sock)
+            self.poller = None
+            if self.held is not None:
+                self.poller = select.poll()
+                self.poller.register(self.held, select.POLLIN)
+        return self.held
+
+    def has_unread(self) -> bool:
+        """Whether replies wait unread in the kernel (held markers the cork ceiling sent).
+
+        A socket closed with unread data is reset, not shut down: Linux then drops what it
+        still holds instead of sending it. So a marker is held only while nothing is unread,
+        which a drain before holding the next one restores. A zero-timeout poll, not a
+        non-blocking recv: redis-py gives its sockets a timeout, and Python waits that long
+        for data before any recv on such a socket. A hang-up or an error also reads as
+        unread: the drain then reports it and reconnects.
+        """
+        return self.poller is not None and bool(self.poller.poll(0))
+
+
 class RedisAttemptMarkers:
     """Markers as expiring Redis keys, one dedicated connection per thread.
 
@@ -72,101 +115,72 @@ class RedisAttemptMarkers:
         The command is packed here rather than by redis-py's generic packer: it is the one
         write on every attempt's path, and its shape never changes.
         """
-        local = self._local
-        conn = local.conn if hasattr(local, "conn") else self._connection()
-        if local.pending >= DRAIN_EVERY or (local.pending and _has_unread(conn)):
-            self._drain(conn)
+        line = getattr(self._local, "line", None) or self._line()
+        held = line.refresh()
+        if line.pending >= DRAIN_EVERY or (line.pending and line.has_unread()):
+            self._drain(line)
+            held = line.refresh()
         command = _pack_set(MARKER_KEY_PREFIX + task_id, attempt, self._ttl_field)
         # The last marker of a bunch pushes the bunch, so its replies are there to drain.
-        hold = local.pending < DRAIN_EVERY - 1
         try:
-            _send(conn, command, hold=hold)
+            if held is not None and line.pending < DRAIN_EVERY - 1:
+                held.sendall(command, _MSG_MORE)
+            else:
+                line.conn.send_packed_command([command], check_health=False)
         except OSError:
-            conn.disconnect()
-            local.pending = 0  # the replies of the old connection will never come
-            _send(conn, command, hold=hold)
-        local.pending += 1
+            line.conn.disconnect()
+            line.pending = 0  # the replies of the old connection will never come
+            line.conn.send_packed_command([command], check_health=False)
+        line.pending += 1
 
     def flush(self) -> None:
         """Push the markers held so far and read their replies; an error reply is logged."""
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            self._drain(conn)
+        line = getattr(self._local, "line", None)
+        if line is not None:
+            self._drain(line)
 
     def started(self, task_id: str) -> int | None:
         """The recorded attempt, if the key has not expired."""
-        conn = self._connection()
-        self._drain(conn)
-        conn.send_command("GET", MARKER_KEY_PREFIX + task_id)
-        value = conn.read_response()
+        line = getattr(self._local, "line", None) or self._line()
+        self._drain(line)
+        line.conn.send_command("GET", MARKER_KEY_PREFIX + task_id)
+        value = line.conn.read_response()
         return None if value is None else int(value)
 
-    def _connection(self) -> Any:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            # kombu's Redis transport and Celery's Redis backend both need redis-py, so a
-            # redis:// URL in the app's configuration means the package is installed.
-            import redis
+    def _line(self) -> _Line:
+        # kombu's Redis transport and Celery's Redis backend both need redis-py, so a
+        # redis:// URL in the app's configuration means the package is installed.
+        import redis
 
-            pool = redis.ConnectionPool.from_url(self._url)
-            # types-redis predates the no-argument form that redis-py 5.3+ asks for.
-            conn = self._local.conn = pool.get_connection()  # type: ignore[call-arg]
-            self._local.pool = pool
-            self._local.pending = 0
-        return conn
+        pool = redis.ConnectionPool.from_url(self._url)
+        # types-redis predates the no-argument form that redis-py 5.3+ asks for.
+        line = self._local.line = _Line(pool.get_connection())  # type: ignore[call-arg]
+        self._local.pool = pool
+        return line
 
-    def _drain(self, conn: Any) -> None:
-        if self._local.pending:
-            _push(conn)
-        while self._local.pending:
-            self._local.pending -= 1
+    def _drain(self, line: _Line) -> None:
+        if line.pending:
+            _push(line.refresh())
+        while line.pending:
+            line.pending -= 1
             try:
-                conn.read_response()
+                line.conn.read_response()
             except Exception:
                 logger.warning("an attempt marker was not stored", exc_info=True)
-                conn.disconnect()
-                self._local.pending = 0
+                line.conn.disconnect()
+                line.pending = 0
 
 
-def _held_socket(conn: Any) -> socket.socket | None:
-    """The connection's socket if sends on it may be held (plain TCP, MSG_MORE known)."""
-    # redis-py keeps its socket in ``_sock``; TLS and Unix sockets are written the usual way.
-    sock = getattr(conn, "_sock", None)
+def _held_socket(sock: object) -> socket.socket | None:
+    """``sock`` if sends on it may be held (plain TCP, MSG_MORE known), else None."""
+    # TLS and Unix sockets are written the usual way.
     if not _MSG_MORE or type(sock) is not socket.socket:
         return None
     return sock if sock.family in (socket.AF_INET, socket.AF_INET6) else None
 
 
-def _send(conn: Any, command: bytes, *, hold: bool) -> None:
-    """Send ``command``; with ``hold`` the kernel keeps it until a push (see the docstring)."""
-    sock = _held_socket(conn) if hold else None
-    if sock is None:
-        conn.send_packed_command([command], check_health=False)
-    else:
-        sock.sendall(command, _MSG_MORE)
-
-
-def _has_unread(conn: Any) -> bool:
-    """Whether replies wait unread in the kernel (held markers the cork ceiling sent).
-
-    A socket closed with unread data is reset, not shut down: Linux then drops what it still
-    holds instead of sending it. So a marker is held only while nothing is unread, which a
-    drain before holding the next one restores.
-    """
-    sock = _held_socket(conn)
-    if sock is None:
-        return False
-    # A zero-timeout poll, not a non-blocking recv: redis-py gives its sockets a timeout, and
-    # Python waits that long for data before any recv on such a socket. A hang-up or an error
-    # also reads as unread: the drain then reports it and reconnects.
-    poller = select.poll()
-    poller.register(sock, select.POLLIN)
-    return bool(poller.poll(0))
-
-
-def _push(conn: Any) -> None:
+def _push(sock: socket.socket | None) -> None:
     """Make the kernel send what it holds now (setting ``TCP_NODELAY`` pushes pending data)."""
-    sock = _held_socket(conn)
     if sock is not None:
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
