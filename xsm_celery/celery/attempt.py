@@ -146,12 +146,13 @@ def run_chart(
         first: Runs an attempt before the chart where a success is known to end it at once
             (see the module docstring); None to always run the chart.
     """
+    number = None if first is None or run.lost is not None else first.number_for(header)
+    if number is not None and first is not None and first(run, number):
+        # Settled without the chart, so no ``work`` service looks up the current run.
+        verdict = Verdict.DONE if run.control is None else Verdict.CONTROL
+        return Settled(verdict, run, None)
     token = _current.set(run)
     try:
-        number = None if first is None or run.lost is not None else first.number_for(header)
-        if number is not None and first is not None and first(run, number):
-            verdict = Verdict.DONE if run.control is None else Verdict.CONTROL
-            return Settled(verdict, run, None)
         clock = SimulatedClock(start_ms=0.0)
         interp = None if header is None else _resume(machine, header, clock, reject)
         if interp is None:

@@ -86,14 +86,26 @@ def execute(task: Any, bound: Bound, args: Sequence[Any], kwargs: Mapping[str, A
     return outcome
 
 
-def run_step(task: Any, bound: Bound, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
-    """Like :func:`execute`, but a scheduled retry is returned as :class:`Retrying`."""
-    header = bound.codec.decode(task.request.headers)
-    facts = AttemptFacts.start(task, _attempt_of(header))
+def run_step(
+    task: Any,
+    bound: Bound,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    request: Any = None,
+) -> Any:
+    """Like :func:`execute`, but a scheduled retry is returned as :class:`Retrying`.
+
+    ``request`` is ``task.request`` when the caller has it already: Celery finds the request
+    through a thread-local stack, a walk worth doing once per run.
+    """
+    if request is None:
+        request = task.request
+    header = bound.codec.decode(request.headers)
+    facts = AttemptFacts.start(task, _attempt_of(header), request)
     if facts is None:
-        return _execute(task, bound, args, kwargs, header=header, facts=None)
+        return _execute(task, bound, args, kwargs, request, header=header, facts=None)
     try:
-        return _execute(task, bound, args, kwargs, header=header, facts=facts)
+        return _execute(task, bound, args, kwargs, request, header=header, facts=facts)
     finally:
         facts.finish()
 
@@ -103,12 +115,12 @@ def _execute(
     bound: Bound,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
+    request: Any,
     *,
     header: ChartHeader | None,
     facts: AttemptFacts | None,
 ) -> Any:
     """The function's result, a :class:`Retrying`, or raise (give up, control flow)."""
-    request = task.request
     run = Run(call=functools.partial(task.run, *args, **kwargs))
     if not request.is_eager:
         markers = stores_for(bound.app).markers()

@@ -39,15 +39,17 @@ class AttemptFacts:
     exception: str | None = None
 
     @classmethod
-    def start(cls, task: Any, attempt: int) -> AttemptFacts | None:
+    def start(cls, task: Any, attempt: int, request: Any = None) -> AttemptFacts | None:
         """Emit ``ATTEMPT_STARTED`` for ``task``'s run, or return None when nobody listens.
 
         ``attempt`` is the one the checked header gives (1 without one, or when it was
         rejected and the chart starts afresh), so the header is parsed once per run.
+        ``request`` is ``task.request``, when the caller has it already.
         """
         if not (wants(FactKind.ATTEMPT_STARTED) or wants(FactKind.ATTEMPT_FINISHED)):
             return None
-        request = task.request
+        if request is None:
+            request = task.request
         facts = cls(str(task.name), attempt)
         emit(
             FactKind.ATTEMPT_STARTED,
@@ -76,6 +78,9 @@ class AttemptFacts:
 
 
 def _traceparent(request: Any) -> str | None:
-    headers = request.headers if isinstance(request.headers, Mapping) else {}
+    headers = request.headers
+    # Celery's request headers are a dict (or None); the ABC check is for anything else.
+    if type(headers) is not dict and not isinstance(headers, Mapping):
+        headers = {}
     value = headers.get(TRACEPARENT) or getattr(request, TRACEPARENT, None)
     return value if isinstance(value, str) else None

@@ -21,13 +21,17 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import signals
 
 from xsm_celery.celery.settings import register_keys
 from xsm_celery.errors import ConfigurationError, XsmError
+
+if TYPE_CHECKING:
+    from xsm_celery.hooks import FactKind
 
 __all__ = ["DEFAULT_METRICS_ADDR", "ObservabilityConfig", "observability_config", "started"]
 
@@ -132,10 +136,10 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
 
 
 def _install(app: Any, worker: Any, running: _Running) -> None:
-    from xsm_celery.celery.status import board
+    from xsm_celery.celery.status import StateBoard, board
 
     config = running.config
-    running.unsubscribe.append(_subscribe(board.handle))
+    running.unsubscribe.append(_subscribe(board.handle, StateBoard.KINDS))
     if config.metrics_port is not None:
         from xsm_celery.metrics.server import prepare_multiprocess
 
@@ -159,13 +163,18 @@ def _install(app: Any, worker: Any, running: _Running) -> None:
     if config.log_facts:
         from xsm_celery.metrics.logs import FactLogger
 
-        running.unsubscribe.append(_subscribe(FactLogger().handle))
+        running.unsubscribe.append(_subscribe(FactLogger().handle, FactLogger.KINDS))
 
 
-def _subscribe(handler: Any) -> Any:
+def _subscribe(handler: Any, kinds: Iterable[FactKind] | None = None) -> Any:
+    """Subscribe ``handler``; with ``kinds``, to those only, so the others are never built.
+
+    The default subscribers (the status board, the fact logger) read a few kinds each: a
+    worker with nothing else subscribed builds no per-attempt facts at all.
+    """
     from xsm_celery.hooks import subscribe
 
-    return subscribe(handler)
+    return subscribe(handler, kinds)
 
 
 @signals.worker_ready.connect

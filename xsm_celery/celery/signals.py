@@ -104,4 +104,4 @@ def install_signals() -> None:
     """
     with _lock:
         if _relay not in subscribers():
-            subscribe(_relay)
+            subscribe(_relay, EVENT_KINDS)

@@ -29,6 +29,11 @@ REPLY_TIMEOUT_S = 1.0
 class StateBoard:
     """The breakers and limits this process saw, from the fact stream."""
 
+    #: The kinds it reads: subscribe it to these only.
+    KINDS = frozenset(
+        {FactKind.BREAKER_TRANSITION, FactKind.LIMIT_ADMITTED, FactKind.LIMIT_DEFERRED}
+    )
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.breakers: dict[str, str] = {}

@@ -116,7 +116,7 @@ class ChartTask(Task):  # type: ignore[type-arg]
             fleet = type(self)._xsm_fleet = (self.app, fleet_plan(type(self), self.app))
         plan = fleet[1]
         if plan is None or request.is_eager:
-            outcome = run_step(self, bound, args, kwargs)
+            outcome = run_step(self, bound, args, kwargs, request)
         elif plan.breaker_only:
             outcome = run_breaker_guarded(self, plan, bound, args, kwargs)
         else:
