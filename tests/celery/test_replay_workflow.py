@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from tests.celery.test_replay import app, dead_letter, sent, store  # noqa: F401 (fixture)
+from tests.celery.queues import drain_queue
+from tests.celery.test_replay import app, dead_letter, store  # noqa: F401 (fixture)
 from xsm_celery.celery import replay_task
 from xsm_celery.celery.canvas import canvas_of, replay_options
 from xsm_celery.errors import ReplayRefusedError
@@ -21,7 +22,7 @@ def test_a_linked_callback_is_kept_in_the_record_and_sent_again(app: Celery) -> 
     record = next(r for r in store(app).all() if r.task_id == result.id)
     assert record.event["payload"]["canvas"]["callbacks"][0]["task"] == "shop.notify"
     replay_task(store(app), record.id, app, reason="fixed", dry_run=False)
-    (message,) = sent(app)
+    (message,) = drain_queue(app, timeout=0.05)
     embed = message.decode()[2]
     assert [c["task"] for c in embed["callbacks"]] == ["shop.notify"]
 
@@ -35,7 +36,7 @@ def test_the_rest_of_a_chain_is_kept_on_replay(app: Celery) -> None:  # noqa: F8
     assert [s["task"] for s in options["chain"]] == ["shop.ship", "shop.email"]
     record = dead_letter(app, "o-1", 5)
     app.send_task("shop.charge", args=["o-1", 5], **options)
-    (message,) = sent(app)
+    (message,) = drain_queue(app, timeout=0.05)
     assert [s["task"] for s in message.decode()[2]["chain"]] == ["shop.ship", "shop.email"]
     assert record.event["payload"] == {}
 
