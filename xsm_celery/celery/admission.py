@@ -150,7 +150,9 @@ def _outcome_of(exc: BaseException) -> str:
     return "failure"
 
 
-def run_breaker_guarded(task: Any, plan: FleetPlan, bound: Any, args: Any, kwargs: Any) -> Any:
+def run_breaker_guarded(  # noqa: PLR0917 - the run's parts, as ChartTask.__call__ has them
+    task: Any, plan: FleetPlan, bound: Any, args: Any, kwargs: Any, request: Any = None
+) -> Any:
     """One step of a task with only ``breaker=``: the hot path, no allocation while closed.
 
     Returns what ``run_step`` returns, so a scheduled retry comes back as ``Retrying`` for
@@ -172,10 +174,10 @@ def run_breaker_guarded(task: Any, plan: FleetPlan, bound: Any, args: Any, kwarg
             raise _deferral(
                 task, plan, bound=bound, args=tuple(args), kwargs=dict(kwargs), defer=defer
             ) from None
-        return run_step(task, bound, args, kwargs)
+        return run_step(task, bound, args, kwargs, request)
     emit(FactKind.LIMIT_ADMITTED, limit=breaker.name, task=plan.task_name)
     try:
-        outcome = run_step(task, bound, args, kwargs)
+        outcome = run_step(task, bound, args, kwargs, request)
     except BaseException as exc:
         _report(plan, breaker, admitted, _outcome_of(exc))
         raise

@@ -118,7 +118,7 @@ class ChartTask(Task):  # type: ignore[type-arg]
         if plan is None or request.is_eager:
             outcome = run_step(self, bound, args, kwargs, request)
         elif plan.breaker_only:
-            outcome = run_breaker_guarded(self, plan, bound, args, kwargs)
+            outcome = run_breaker_guarded(self, plan, bound, args, kwargs, request)
         else:
             body = functools.partial(execute, self, bound, args, kwargs)
             return run_admitted(self, plan, bound, args, kwargs, body=body)
