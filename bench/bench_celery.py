@@ -294,9 +294,7 @@ def _noop_row(plain: Any, chart: Any) -> list[str]:
     pc = min(cpu[plain.name]) * 1000 / NOOP_BATCH
     cc = min(cpu[chart.name]) * 1000 / NOOP_BATCH
     pm, cm = statistics.median(rates[plain.name]), statistics.median(rates[chart.name])
-    return ["succeeds at once", f"{p:,.0f}", f"{c:,.0f}", f"{c / p:.0%}",
-            f"{pm:,.0f} / {cm:,.0f} ({statistics.median(paired):.0%})",
-            f"{pc:.2f} / {cc:.2f} ({pc / cc:.0%})"]  # fmt: skip
+    return _row("succeeds at once", (p, c), (pm, cm), statistics.median(paired), (pc, cc))
 
 
 def _fail_once_row(plain: Any, chart: Any) -> list[str]:
@@ -308,8 +306,20 @@ def _fail_once_row(plain: Any, chart: Any) -> list[str]:
     p, c = max(plain_rates), max(chart_rates)
     pm, cm = statistics.median(plain_rates), statistics.median(chart_rates)
     pc, cc = min(_cpu_ms[plain.name]), min(_cpu_ms[chart.name])
-    return ["fails once", f"{p:,.0f}", f"{c:,.0f}", f"{c / p:.0%}",
-            f"{pm:,.0f} / {cm:,.0f} ({cm / pm:.0%})",
+    return _row("fails once", (p, c), (pm, cm), cm / pm, (pc, cc))
+
+
+def _row(
+    label: str,
+    best: tuple[float, float],
+    medians: tuple[float, float],
+    median_ratio: float,
+    cpu_ms: tuple[float, float],
+) -> list[str]:
+    """One table row: (plain, chart) best and median tasks/s, and least CPU ms per task."""
+    (p, c), (pm, cm), (pc, cc) = best, medians, cpu_ms
+    return [label, f"{p:,.0f}", f"{c:,.0f}", f"{c / p:.0%}",
+            f"{pm:,.0f} / {cm:,.0f} ({median_ratio:.0%})",
             f"{pc:.2f} / {cc:.2f} ({pc / cc:.0%})"]  # fmt: skip
 
 

@@ -35,7 +35,7 @@ from typing import Any
 from celery.exceptions import Ignore, Reject, Retry
 from celery.utils.dispatch import Signal
 
-from xsm_celery.celery.execute import Retrying, run_step
+from xsm_celery.celery.execute import execute
 from xsm_celery.celery.fleet import FleetPlan
 from xsm_celery.errors import CircuitOpenError, DeferredTooLongError, StoreUnavailableError
 from xsm_celery.hooks import FactKind, emit
@@ -155,9 +155,7 @@ def run_breaker_guarded(  # noqa: PLR0917 - the run's parts, as ChartTask.__call
 ) -> Any:
     """One step of a task with only ``breaker=``: the hot path, no allocation while closed.
 
-    Returns what ``run_step`` returns, so a scheduled retry comes back as ``Retrying`` for
-    ``ChartTask.__call__`` to raise (a short traceback is most of a cheap retry); it is
-    reported to the breaker as the failure it is.
+    A retry the chart schedules is reported to the breaker as the failure it is.
     """
     breaker = plan.breaker()
     try:
@@ -174,18 +172,15 @@ def run_breaker_guarded(  # noqa: PLR0917 - the run's parts, as ChartTask.__call
             raise _deferral(
                 task, plan, bound=bound, args=tuple(args), kwargs=dict(kwargs), defer=defer
             ) from None
-        return run_step(task, bound, args, kwargs, request)
+        return execute(task, bound, args, kwargs, request)
     emit(FactKind.LIMIT_ADMITTED, limit=breaker.name, task=plan.task_name)
     try:
-        outcome = run_step(task, bound, args, kwargs, request)
+        result = execute(task, bound, args, kwargs, request)
     except BaseException as exc:
         _report(plan, breaker, admitted, _outcome_of(exc))
         raise
-    if type(outcome) is Retrying:
-        _report(plan, breaker, admitted, _outcome_of(outcome.retry))
-    else:
-        _report(plan, breaker, admitted, "success")
-    return outcome
+    _report(plan, breaker, admitted, "success")
+    return result
 
 
 def _report(plan: FleetPlan, breaker: Any, admitted: Any, outcome: str) -> None:

@@ -37,7 +37,7 @@ from xsm_celery.errors import TaskGaveUp
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns import RetryPolicy
 
-__all__ = ["HEADER", "Bound", "Retrying", "execute", "run_step"]
+__all__ = ["HEADER", "Bound", "execute"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,36 +65,17 @@ class Bound:
         )  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
-class Retrying:
-    """A retry the chart scheduled, handed back for the caller to raise.
-
-    Celery's ``handle_retry`` copies every frame of the ``Retry``'s traceback (with each
-    code object's positions) and formats them all; that is most of what a retry costs the
-    worker. Raised by ``ChartTask.__call__`` itself, the traceback is two frames (Celery's
-    tracer and ``__call__``) instead of the six of a raise inside ``Task.retry``.
-    """
-
-    retry: BaseException
-
-
-def execute(task: Any, bound: Bound, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
-    """Run one attempting step for ``task`` and return, retry or fail as the chart says."""
-    outcome = run_step(task, bound, args, kwargs)
-    if type(outcome) is Retrying:
-        raise outcome.retry
-    return outcome
-
-
-def run_step(
+def execute(
     task: Any,
     bound: Bound,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
     request: Any = None,
 ) -> Any:
-    """Like :func:`execute`, but a scheduled retry is returned as :class:`Retrying`.
+    """Run one attempting step for ``task`` and return, retry or fail as the chart says.
 
+    A retry is raised as a ``ChartRetry``, which the chart task's tracer records without
+    copying its traceback (see ``tracer``), so it costs the same wherever it is raised.
     ``request`` is ``task.request`` when the caller has it already: Celery finds the request
     through a thread-local stack, a walk worth doing once per run.
     """
@@ -120,7 +101,7 @@ def _execute(
     header: ChartHeader | None,
     facts: AttemptFacts | None,
 ) -> Any:
-    """The function's result, a :class:`Retrying`, or raise (give up, control flow)."""
+    """The function's result, or raise (retry, give up, control flow)."""
     run = Run(call=functools.partial(task.run, *args, **kwargs))
     if not request.is_eager:
         markers = stores_for(bound.app).markers()
@@ -140,7 +121,7 @@ def _execute(
     if verdict is Verdict.GIVE_UP:
         raise _give_up(task, bound, settled, args, kwargs)
     if verdict is Verdict.RETRY:
-        return Retrying(_retry(task, bound, settled, args, kwargs))
+        raise _retry(task, bound, settled, args, kwargs)
     assert_never(verdict)
 
 

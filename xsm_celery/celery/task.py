@@ -25,7 +25,7 @@ from celery.exceptions import Ignore, Reject, Retry
 
 from xsm_celery.celery.admission import run_admitted, run_breaker_guarded
 from xsm_celery.celery.charts import ChartSpec
-from xsm_celery.celery.execute import Bound, Retrying, execute, run_step
+from xsm_celery.celery.execute import Bound, execute
 from xsm_celery.celery.fleet import fleet_plan
 from xsm_celery.celery.header import HeaderCodec, signing_key
 from xsm_celery.celery.machine import build_task_machine, first_attempt
@@ -116,16 +116,11 @@ class ChartTask(Task):  # type: ignore[type-arg]
             fleet = type(self)._xsm_fleet = (self.app, fleet_plan(type(self), self.app))
         plan = fleet[1]
         if plan is None or request.is_eager:
-            outcome = run_step(self, bound, args, kwargs, request)
-        elif plan.breaker_only:
-            outcome = run_breaker_guarded(self, plan, bound, args, kwargs, request)
-        else:
-            body = functools.partial(execute, self, bound, args, kwargs)
-            return run_admitted(self, plan, bound, args, kwargs, body=body)
-        if type(outcome) is Retrying:
-            # Raised here, not deeper: Celery copies and formats every frame it passed.
-            raise outcome.retry
-        return outcome
+            return execute(self, bound, args, kwargs, request)
+        if plan.breaker_only:
+            return run_breaker_guarded(self, plan, bound, args, kwargs, request)
+        body = functools.partial(execute, self, bound, args, kwargs, request)
+        return run_admitted(self, plan, bound, args, kwargs, body=body)
 
 
 def _bind(cls: type[ChartTask], app: Any) -> Bound:
