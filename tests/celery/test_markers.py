@@ -197,6 +197,30 @@ def test_markers_go_on_after_redis_drops_their_connection(redis_url: str) -> Non
     assert stored[-35:] == [3] * 35
 
 
+def test_an_error_reply_to_a_marker_is_logged_and_the_line_goes_on(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Replies are read off the socket in bunches; each error among them is logged, and the
+    connection stays in step (a read after them gets its own reply)."""
+    import redis as redis_lib
+
+    admin = redis_lib.Redis.from_url(redis_url)
+    user = f"xsm-no-set-{uuid.uuid4().hex[:8]}"
+    admin.acl_setuser(user, enabled=True, nopass=True, keys=["*"], commands=["+@all", "-set"])
+    try:
+        markers = RedisAttemptMarkers(redis_url.replace("redis://", f"redis://{user}@"), 60)
+        task_id = uuid.uuid4().hex
+        admin.set(f"xsm:attempt:{task_id}", 4)
+        with caplog.at_level("WARNING", logger="xsm_celery.celery.redis_markers"):
+            for n in range(5):
+                markers.mark(uuid.uuid4().hex, n + 1)
+            assert markers.started(task_id) == 4
+        refused = [r for r in caplog.records if "NOPERM" in r.getMessage()]
+        assert len(refused) == 5
+    finally:
+        admin.acl_deluser(user)
+
+
 def test_an_unreadable_marker_runs_the_redelivery_as_a_new_attempt(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

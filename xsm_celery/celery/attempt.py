@@ -89,6 +89,10 @@ class FirstAttempt(Protocol):
     or raised a Celery control exception), False when it failed (``run.lost``).
     """
 
+    @property
+    def control(self) -> tuple[type[BaseException], ...]:
+        """Celery's control-flow exceptions: they settle a run as they are, uncounted."""
+
     def number_for(self, header: ChartHeader | None) -> int | None:
         """The attempt number to run directly for this header, or None."""
 

@@ -25,6 +25,7 @@ from xsm_celery.celery.canvas import canvas_of
 from xsm_celery.celery.dead_letters import DeadLetterWriter, TaskFailure
 from xsm_celery.celery.facts import AttemptFacts
 from xsm_celery.celery.header import HEADER, ChartHeader, HeaderCodec
+from xsm_celery.celery.machine import mark_attempt
 from xsm_celery.celery.secrets import mask_context_errors, mask_exception
 from xsm_celery.celery.settings import XsmSettings
 from xsm_celery.celery.spool import DeadLetterSpool
@@ -83,12 +84,46 @@ def execute(
         request = task.request
     header = bound.codec.decode(request.headers)
     facts = AttemptFacts.start(task, _attempt_of(header), request)
-    if facts is None:
-        return _execute(task, bound, args, kwargs, request, header=header, facts=None)
+    if facts is not None:
+        try:
+            return _execute(task, bound, args, kwargs, request, header=header, facts=facts)
+        finally:
+            facts.finish()
+    if header is None and bound.first is not None and not _redelivered_or_eager(request):
+        return _first_run(task, bound, bound.first, args, kwargs, request=request)
+    return _execute(task, bound, args, kwargs, request, header=header, facts=None)
+
+
+def _first_run(
+    task: Any,
+    bound: Bound,
+    first: FirstAttempt,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    request: Any,
+) -> Any:
+    """A message's first delivery, where a success is known to end the chart: no chart yet.
+
+    This is the run ``run_chart`` makes with ``first`` (``machine.first_attempt``) without
+    the objects that carry a run through the chart: most tasks succeed at once, and then
+    the marker and the function are all the run is. A failure starts the chart with the
+    error as its first invocation's outcome, as ``run_chart`` would.
+    """
+    number = first.number_for(None)
+    if number is None:
+        return _execute(task, bound, args, kwargs, request, header=None, facts=None)
+    markers = stores_for(bound.app).markers()
+    mark_attempt(functools.partial(markers.mark, request.id), number, str(task.name))
     try:
-        return _execute(task, bound, args, kwargs, request, header=header, facts=facts)
-    finally:
-        facts.finish()
+        return task.run(*args, **kwargs)
+    except first.control:
+        raise
+    except Exception as exc:
+        failed = exc
+    # Out of the ``except`` block, so what the chart raises next is not chained to it.
+    run = Run(call=functools.partial(task.run, *args, **kwargs), lost=failed)
+    return _settle(task, bound, args, kwargs, run, header=None, facts=None)
 
 
 def _execute(
@@ -110,6 +145,20 @@ def _execute(
             run.lost = _lost_attempt(task, markers, header)
             if run.lost is not None:
                 _finish_interrupted_give_up(task, bound, header)
+    return _settle(task, bound, args, kwargs, run, header=header, facts=facts)
+
+
+def _settle(
+    task: Any,
+    bound: Bound,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    run: Run,
+    *,
+    header: ChartHeader | None,
+    facts: AttemptFacts | None,
+) -> Any:
+    """Step the chart for ``run`` and carry out where it settled."""
     settled = run_chart(bound.machine, header, run, bound.codec.reject, first=bound.first)
     verdict = settled.verdict
     if facts is not None:
@@ -123,6 +172,10 @@ def _execute(
     if verdict is Verdict.RETRY:
         raise _retry(task, bound, settled, args, kwargs)
     assert_never(verdict)
+
+
+def _redelivered_or_eager(request: Any) -> bool:
+    return bool(request.is_eager or (request.delivery_info or {}).get("redelivered"))
 
 
 def _control(run: Run) -> BaseException:

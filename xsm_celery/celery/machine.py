@@ -35,6 +35,7 @@ __all__ = [
     "DirectAttempt",
     "build_task_machine",
     "first_attempt",
+    "mark_attempt",
 ]
 
 if TYPE_CHECKING:
@@ -141,7 +142,7 @@ def _work_service(
             run.error = lost
             raise lost
         if run.mark is not None:
-            _mark(run.mark, _attempt(ctx) + 1, task_name)
+            mark_attempt(run.mark, _attempt(ctx) + 1, task_name)
         try:
             result = run.call()
         except control as exc:
@@ -222,7 +223,7 @@ class DirectAttempt:
         """Run attempt ``number``; True if that settled the run, False with ``run.lost`` set."""
         mark, run.mark = run.mark, None
         if mark is not None:
-            _mark(mark, number, self.task_name)
+            mark_attempt(mark, number, self.task_name)
         try:
             result = run.call()
         except self.control as exc:
@@ -280,7 +281,7 @@ def _shape(snapshot: Mapping[str, Any]) -> Hashable:
         return None
 
 
-def _mark(mark: Callable[[int], None], attempt: int, task_name: str) -> None:
+def mark_attempt(mark: Callable[[int], None], attempt: int, task_name: str) -> None:
     """Write the attempt marker; if its store is down, run the attempt anyway.
 
     The marker only matters if this worker dies during the attempt; refusing to run the task

@@ -42,6 +42,9 @@ MARKER_KEY_PREFIX = "xsm:attempt:"
 #: common path costs one ``send`` per attempt. Replies are a few bytes; they wait in the socket.
 DRAIN_EVERY = 32
 
+#: Bytes one ``recv`` of marker replies asks for: a bunch of ``+OK`` lines is 160.
+_READ_SIZE = 65536
+
 #: Hold a send in the kernel for a while (Linux); 0 where the platform has no such flag.
 _MSG_MORE: int = getattr(socket, "MSG_MORE", 0)
 
@@ -54,11 +57,13 @@ class _Line:
     checks and the poll object are made once per socket, not once per marker.
     """
 
-    __slots__ = ("conn", "held", "pending", "poller", "sock")
+    __slots__ = ("conn", "held", "pending", "poller", "sock", "tail")
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
         self.pending = 0
+        #: The start of a reply whose end has not been read yet.
+        self.tail = b""
         self.sock: object = None
         self.held: socket.socket | None = None
         self.poller: Any = None
@@ -129,7 +134,7 @@ class RedisAttemptMarkers:
                 line.conn.send_packed_command([command], check_health=False)
         except OSError:
             line.conn.disconnect()
-            line.pending = 0  # the replies of the old connection will never come
+            line.pending, line.tail = 0, b""  # the old connection's replies will never come
             line.conn.send_packed_command([command], check_health=False)
         line.pending += 1
 
@@ -159,16 +164,35 @@ class RedisAttemptMarkers:
         return line
 
     def _drain(self, line: _Line) -> None:
-        if line.pending:
-            _push(line.refresh())
-        while line.pending:
-            line.pending -= 1
-            try:
-                line.conn.read_response()
-            except Exception:
-                logger.warning("an attempt marker was not stored", exc_info=True)
-                line.conn.disconnect()
-                line.pending = 0
+        """Read the replies of the markers sent so far, straight off the socket.
+
+        Each reply to ``SET`` is one line (``+OK`` or an error), so counting line ends counts
+        replies, and one ``recv`` usually holds a whole bunch; redis-py's reply parser would
+        cost a call chain per reply. Nothing else is read on this connection while markers
+        are pending (``started()`` drains first), so redis-py's own buffer stays empty.
+        """
+        if not line.pending:
+            return
+        _push(line.refresh())
+        sock: Any = line.sock
+        try:
+            while line.pending > 0:
+                if sock is None:
+                    raise ConnectionError("the marker connection had closed")
+                data = sock.recv(_READ_SIZE)
+                if not data:
+                    raise ConnectionError("Redis closed the marker connection")
+                *replies, line.tail = (line.tail + data).split(b"\r\n")
+                line.pending -= len(replies)
+                for reply in replies:
+                    if not reply.startswith(b"+"):
+                        logger.warning("an attempt marker was not stored: Redis replied %r",
+                                       reply[:200])  # fmt: skip
+        except OSError:
+            logger.warning("attempt markers in flight were not confirmed", exc_info=True)
+            line.conn.disconnect()
+        line.pending = 0
+        line.tail = b""
 
 
 def _held_socket(sock: object) -> socket.socket | None:
@@ -191,11 +215,7 @@ def _push(sock: socket.socket | None) -> None:
 def _pack_set(key: str, attempt: int, ttl_field: bytes) -> bytes:
     """``SET key attempt EX ttl`` in the Redis protocol (RESP), as one buffer."""
     raw_key = key.encode("utf-8")
-    value = str(int(attempt)).encode()
+    value = b"%d" % attempt
     return b"*5\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n%s" % (
-        len(raw_key),
-        raw_key,
-        len(value),
-        value,
-        ttl_field,
-    )
+        len(raw_key), raw_key, len(value), value, ttl_field,
+    )  # fmt: skip

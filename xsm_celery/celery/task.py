@@ -31,7 +31,7 @@ from xsm_celery.celery.header import HeaderCodec, signing_key
 from xsm_celery.celery.machine import build_task_machine, first_attempt
 from xsm_celery.celery.serialization import require_json
 from xsm_celery.celery.settings import read_settings
-from xsm_celery.celery.tracer import ChartTracerSlot
+from xsm_celery.celery.tracer import rebuilt_tracer
 from xsm_celery.engine import Machine, MachineLogic
 from xsm_celery.errors import ConfigurationError, WorkerLost
 from xsm_celery.patterns import RetryPolicy
@@ -89,8 +89,6 @@ class ChartTask(Task):  # type: ignore[type-arg]
     #: A hard time limit requeues the message (see ``time_limits``), counted as a lost attempt.
     acks_on_timeout = False
     Request = "xsm_celery.celery.time_limits:ChartTaskRequest"
-    #: The worker's tracer, rebuilt to record the chart's retries cheaply (see ``tracer``).
-    __trace__ = ChartTracerSlot()
     max_retries = None
     _xsm_bound: ClassVar[Bound | None] = None
     _xsm_fleet: ClassVar[tuple[Any, Any] | None] = None
@@ -102,6 +100,17 @@ class ChartTask(Task):  # type: ignore[type-arg]
         if not cls.__dict__.get("name"):
             return
         cls._xsm_bound = _bind(cls, app)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Keep the worker's tracer rebuilt to record the chart's retries cheaply.
+
+        Celery's worker assigns ``task.__trace__`` when it starts (see ``tracer``). A hook on
+        the assignment, not a descriptor, so that reading the tracer (once per delivery) is
+        a plain attribute lookup.
+        """
+        if name == "__trace__" and value is not None:
+            value = rebuilt_tracer(self, value)
+        super().__setattr__(name, value)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run one chart step, or the plain function when called directly (``task(...)``)."""

@@ -15,8 +15,8 @@ other ``Retry`` (one a task raises itself) and every failure keep Celery's handl
 traceback included; a task that gives up has its traceback in its dead letter.
 
 Celery's worker assigns ``task.__trace__`` when it starts (the consumer, and each prefork
-child); :class:`ChartTracerSlot` is that attribute on ``ChartTask`` and rebuilds the tracer
-it is given with the same task name, loader, hostname and app. A tracer of any other shape
+child); ``ChartTask`` passes the tracer it is given to :func:`rebuilt_tracer`, which builds it
+again with the same task name, loader, hostname and app. A tracer of any other shape
 (an eager one, or one another library built with its own ``Info``) is kept as it is.
 """
 
@@ -36,7 +36,6 @@ from celery.exceptions import Retry
 __all__ = [
     "ChartRetry",
     "ChartTraceInfo",
-    "ChartTracerSlot",
     "RetryInfo",
     "chart_retry",
     "rebuilt_tracer",
@@ -134,19 +133,3 @@ def rebuilt_tracer(task: Any, tracer: Tracer) -> Tracer:
     build = celery_trace.build_tracer
     rebuilt: Tracer = build(name, task, loader, hostname, app=app, Info=ChartTraceInfo)
     return rebuilt
-
-
-class ChartTracerSlot:
-    """``ChartTask.__trace__``: keeps the tracer Celery assigns, rebuilt by ``rebuilt_tracer``."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.key = f"_xsm{name}"
-
-    def __get__(self, task: object, owner: type | None = None) -> Tracer | None:
-        if task is None:
-            return None
-        found: Tracer | None = task.__dict__.get(self.key)
-        return found
-
-    def __set__(self, task: object, tracer: Tracer | None) -> None:
-        task.__dict__[self.key] = None if tracer is None else rebuilt_tracer(task, tracer)
