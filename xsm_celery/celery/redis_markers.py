@@ -177,11 +177,12 @@ class RedisAttemptMarkers:
         sock: Any = line.sock
         try:
             while line.pending > 0:
-                if sock is None:
-                    raise ConnectionError("the marker connection had closed")
-                data = sock.recv(_READ_SIZE)
+                data = b"" if sock is None else sock.recv(_READ_SIZE)
                 if not data:
-                    raise ConnectionError("Redis closed the marker connection")
+                    logger.warning("the marker connection closed; %d markers in flight were "
+                                   "not confirmed", line.pending)  # fmt: skip
+                    line.conn.disconnect()
+                    break
                 *replies, line.tail = (line.tail + data).split(b"\r\n")
                 line.pending -= len(replies)
                 for reply in replies:
