@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextvars
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -95,6 +95,16 @@ class FirstAttempt(Protocol):
 
     def number_for(self, header: ChartHeader | None) -> int | None:
         """The attempt number to run directly for this header, or None."""
+
+    def attempt(
+        self,
+        mark: Callable[[int], None] | None,
+        number: int,
+        fn: Callable[..., Any],
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+    ) -> tuple[Any, Exception | None]:
+        """Mark attempt ``number``, call ``fn``: (result, None) or (None, error); control raises."""
 
     def __call__(self, run: Run, number: int) -> bool:
         """Run attempt ``number`` of the function; True if that settled the run."""

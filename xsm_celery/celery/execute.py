@@ -25,7 +25,6 @@ from xsm_celery.celery.canvas import canvas_of
 from xsm_celery.celery.dead_letters import DeadLetterWriter, TaskFailure
 from xsm_celery.celery.facts import AttemptFacts
 from xsm_celery.celery.header import HEADER, ChartHeader, HeaderCodec
-from xsm_celery.celery.machine import mark_attempt
 from xsm_celery.celery.secrets import mask_context_errors, mask_exception
 from xsm_celery.celery.settings import XsmSettings
 from xsm_celery.celery.spool import DeadLetterSpool
@@ -113,15 +112,10 @@ def _first_run(
     number = first.number_for(None)
     if number is None:
         return _execute(task, bound, args, kwargs, request, header=None, facts=None)
-    markers = stores_for(bound.app).markers()
-    mark_attempt(functools.partial(markers.mark, request.id), number, str(task.name))
-    try:
-        return task.run(*args, **kwargs)
-    except first.control:
-        raise
-    except Exception as exc:
-        failed = exc
-    # Out of the ``except`` block, so what the chart raises next is not chained to it.
+    mark = functools.partial(stores_for(bound.app).markers().mark, request.id)
+    result, failed = first.attempt(mark, number, task.run, args, kwargs)
+    if failed is None:
+        return result
     run = Run(call=functools.partial(task.run, *args, **kwargs), lost=failed)
     return _settle(task, bound, args, kwargs, run, header=None, facts=None)
 

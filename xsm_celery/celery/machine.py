@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +35,6 @@ __all__ = [
     "DirectAttempt",
     "build_task_machine",
     "first_attempt",
-    "mark_attempt",
 ]
 
 if TYPE_CHECKING:
@@ -142,7 +141,7 @@ def _work_service(
             run.error = lost
             raise lost
         if run.mark is not None:
-            mark_attempt(run.mark, _attempt(ctx) + 1, task_name)
+            _mark_attempt(run.mark, _attempt(ctx) + 1, task_name)
         try:
             result = run.call()
         except control as exc:
@@ -219,19 +218,40 @@ class DirectAttempt:
             return None
         return header.attempt + 1
 
+    def attempt(
+        self,
+        mark: Callable[[int], None] | None,
+        number: int,
+        fn: Callable[..., Any],
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+    ) -> tuple[Any, Exception | None]:
+        """Mark attempt ``number`` and call ``fn``: (its result, None) or (None, its error).
+
+        Celery's control-flow exceptions propagate as they are. The one home of a direct
+        attempt: the run without a chart (``execute``) calls it with the message's arguments,
+        ``__call__`` with a run's.
+        """
+        if mark is not None:
+            _mark_attempt(mark, number, self.task_name)
+        try:
+            return fn(*args, **kwargs), None
+        except self.control:
+            raise
+        except Exception as exc:
+            return None, exc
+
     def __call__(self, run: Run, number: int) -> bool:
         """Run attempt ``number``; True if that settled the run, False with ``run.lost`` set."""
         mark, run.mark = run.mark, None
-        if mark is not None:
-            mark_attempt(mark, number, self.task_name)
         try:
-            result = run.call()
+            result, failed = self.attempt(mark, number, run.call, (), {})
         except self.control as exc:
             run.control = exc
-        except Exception as exc:
-            run.lost = exc
-            return False
         else:
+            if failed is not None:
+                run.lost = failed
+                return False
             run.result = result
         run.invocations = 1
         return True
@@ -281,7 +301,7 @@ def _shape(snapshot: Mapping[str, Any]) -> Hashable:
         return None
 
 
-def mark_attempt(mark: Callable[[int], None], attempt: int, task_name: str) -> None:
+def _mark_attempt(mark: Callable[[int], None], attempt: int, task_name: str) -> None:
     """Write the attempt marker; if its store is down, run the attempt anyway.
 
     The marker only matters if this worker dies during the attempt; refusing to run the task
