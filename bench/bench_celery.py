@@ -11,7 +11,12 @@ not two delivery guarantees). Run: ``python -m bench.bench_celery`` (needs Redis
   ``NOOP_BATCH``-task batch of each task, the order swapped every cycle, and times each
   batch (wall clock and CPU). Batch is compared with batch of the same cycle, because on
   this shared machine the speed of whole runs a few seconds apart differed by more than the
-  chart's cost (runs of the same task swung by 40%, even in CPU time per task).
+  chart's cost (runs of the same task swung by 40%, even in CPU time per task). The headline
+  ratio is the median of the cycles' paired ratios. An A/A control (the same measure on two
+  identical plain tasks) read 92-106% by best batch and 93-106% by least CPU over four runs,
+  but 99-102% by median of the paired ratios: the best batch of one 100-task batch per side
+  cannot tell 95% from 100%, the median of 60 pairs can. The control is printed in every run
+  so each table carries its own noise floor.
 * Fails once: a fresh queue of N messages per run, a worker per run, alternating plain and
   chart; the worker times from its first task's start to its N-th success. A retry
   interleaves with the next batch's tasks, so batches would not stay apart here.
@@ -160,6 +165,17 @@ def plain_noop() -> None:
 
 
 @app.task(
+    name="bench.plain_noop_twin",
+    acks_late=True,
+    autoretry_for=(ConnectionError,),
+    max_retries=3,
+    default_retry_delay=0,
+)
+def plain_noop_twin() -> None:
+    """The same task as ``plain_noop`` under another name: the A/A control's second side."""
+
+
+@app.task(
     name="bench.chart_fail_once",
     base=ChartTask,
     bind=True,
@@ -283,8 +299,13 @@ def _interleaved(plain: Any, chart: Any) -> list[tuple[str, float, float]]:
     return [(str(name), float(wall), float(cpu)) for name, wall, cpu in json.loads(raw)]
 
 
-def _noop_row(plain: Any, chart: Any) -> list[str]:
-    """The no-op scenario: batch against batch of the same cycle, in one worker."""
+def _noop_row(plain: Any, chart: Any, label: str) -> list[str]:
+    """The no-op scenario: batch against batch of the same cycle, in one worker.
+
+    The headline ratio is the median of the cycles' paired ratios (each chart batch against
+    the plain batch next to it); the best batch of each and the least CPU per task are shown
+    beside it.
+    """
     rows = _interleaved(plain, chart)
     wall = {name: [w for n, w, _ in rows if n == name] for name in (plain.name, chart.name)}
     cpu = {name: [c for n, _, c in rows if n == name] for name in (plain.name, chart.name)}
@@ -294,11 +315,11 @@ def _noop_row(plain: Any, chart: Any) -> list[str]:
     pc = min(cpu[plain.name]) * 1000 / NOOP_BATCH
     cc = min(cpu[chart.name]) * 1000 / NOOP_BATCH
     pm, cm = statistics.median(rates[plain.name]), statistics.median(rates[chart.name])
-    return _row("succeeds at once", (p, c), (pm, cm), statistics.median(paired), (pc, cc))
+    return _row(label, statistics.median(paired), (p, c), (pm, cm), (pc, cc))
 
 
 def _fail_once_row(plain: Any, chart: Any) -> list[str]:
-    """The fail-once scenario: whole runs, alternating, best and median of ``ROUNDS`` each."""
+    """The fail-once scenario: whole runs, alternating; the ratio of the medians of ``ROUNDS``."""
     plain_rates, chart_rates = [], []
     for _ in range(ROUNDS):
         plain_rates.append(_run(plain, FAIL_ONCE_N))
@@ -306,33 +327,39 @@ def _fail_once_row(plain: Any, chart: Any) -> list[str]:
     p, c = max(plain_rates), max(chart_rates)
     pm, cm = statistics.median(plain_rates), statistics.median(chart_rates)
     pc, cc = min(_cpu_ms[plain.name]), min(_cpu_ms[chart.name])
-    return _row("fails once", (p, c), (pm, cm), cm / pm, (pc, cc))
+    return _row("fails once", cm / pm, (p, c), (pm, cm), (pc, cc))
 
 
 def _row(
     label: str,
+    ratio: float,
     best: tuple[float, float],
     medians: tuple[float, float],
-    median_ratio: float,
     cpu_ms: tuple[float, float],
 ) -> list[str]:
-    """One table row: (plain, chart) best and median tasks/s, and least CPU ms per task."""
+    """One table row: the headline ratio, (plain, other) best and median tasks/s, least CPU."""
     (p, c), (pm, cm), (pc, cc) = best, medians, cpu_ms
-    return [label, f"{p:,.0f}", f"{c:,.0f}", f"{c / p:.0%}",
-            f"{pm:,.0f} / {cm:,.0f} ({median_ratio:.0%})",
-            f"{pc:.2f} / {cc:.2f} ({pc / cc:.0%})"]  # fmt: skip
+    return [label, f"{ratio:.0%}", f"{p:,.0f} / {c:,.0f} ({c / p:.0%})",
+            f"{pm:,.0f} / {cm:,.0f}", f"{pc:.2f} / {cc:.2f} ({pc / cc:.0%})"]  # fmt: skip
 
 
 def main() -> None:
-    """Print tasks/s for each scenario and the chart task's share of plain Celery's."""
-    rows = [_noop_row(plain_noop, chart_noop), _fail_once_row(plain_fail_once, chart_fail_once)]
-    headers = ["solo worker, Redis", "autoretry_for tasks/s", "ChartTask tasks/s", "chart/plain"]
-    print(table([*headers, "medians (ratio)", "CPU ms/task, least (ratio)"], rows))
+    """Print the chart task's share of plain Celery's throughput per scenario, and the noise."""
+    rows = [
+        _noop_row(plain_noop, chart_noop, "succeeds at once"),
+        _fail_once_row(plain_fail_once, chart_fail_once),
+        _noop_row(plain_noop, plain_noop_twin, "A/A control (plain / plain)"),
+    ]
+    headers = ["solo worker, Redis", "chart/plain", "best tasks/s (ratio)", "median tasks/s",
+               "CPU ms/task, least (ratio)"]  # fmt: skip
+    print(table(headers, rows))
     print(
-        f"\nsucceeds at once: {NOOP_CYCLES} cycles of one {NOOP_BATCH}-task batch each, in one "
-        "worker (best batch; median of the cycles' ratios); fails once: best and median of "
-        f"{ROUNDS} runs of {FAIL_ONCE_N} tasks each, a worker per run; targets: >= 95% when it "
-        "succeeds at once, >= 115% when it fails once"
+        f"\nsucceeds at once: {NOOP_CYCLES} cycles of one {NOOP_BATCH}-task batch of each task "
+        "in one worker; chart/plain is the median of the cycles' paired ratios. Fails once: "
+        f"{ROUNDS} runs of {FAIL_ONCE_N} tasks each, a worker per run; chart/plain is the "
+        "ratio of the medians. The A/A control runs the no-op measure on two identical plain "
+        "tasks: its distance from 100% is this run's noise. Targets: >= 95% when it succeeds "
+        "at once, >= 115% when it fails once"
     )
 
 
