@@ -14,6 +14,7 @@ from typing import Any
 
 from celery import Celery
 from celery.contrib.testing.worker import start_worker
+from celery.exceptions import Ignore
 
 from xsm_celery.celery import MemoryAttemptMarkers, Xsm
 from xsm_celery.patterns import RetryPolicy
@@ -25,7 +26,7 @@ SECRET = "note-7f3a9c-4111111111111111"
 
 
 def build_app() -> tuple[Celery, MemoryTimerStore]:
-    """An app with three chart tasks: flaky, doomed and slow (a durable-timer retry)."""
+    """An app with four chart tasks: flaky, doomed, slow (a durable-timer retry), ignored."""
     queue = f"xsm-obs-{uuid.uuid4().hex[:8]}"
     timers = MemoryTimerStore()
     app = Celery(f"xsm_obs_{queue}")
@@ -58,6 +59,10 @@ def build_app() -> tuple[Celery, MemoryTimerStore]:
         if CALLS[tag] == 1:
             raise ConnectionError("try later")
         return "late"
+
+    @xsm.task(name="obs.ignored")
+    def ignored() -> None:
+        raise Ignore()
 
     return app, timers
 

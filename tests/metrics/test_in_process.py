@@ -80,6 +80,25 @@ def test_retried_attempts_are_one_trace(
     assert found[2].parent.span_id == found[1].context.span_id
 
 
+def test_a_first_run_reports_its_outcome(worker_app: tuple[Celery, MemoryTimerStore]) -> None:
+    """A first delivery that succeeds, and one that raises Ignore, each finish with their outcome.
+
+    Both take the direct first run (no chart is started for them), which must still tell the
+    facts where the run settled.
+    """
+    app, _ = worker_app
+    seen: list[hooks.Fact] = []
+    stop = hooks.subscribe(seen.append, kinds=(hooks.FactKind.ATTEMPT_FINISHED,))
+    try:
+        assert app.send_task("obs.flaky", args=(uuid.uuid4().hex, 0)).get(timeout=30) == "ok"
+        app.send_task("obs.ignored")
+        finished = wait_for(lambda: len(seen) >= 2 and seen, 10, "two finished attempts")
+    finally:
+        stop()
+    outcomes = {(f.fields["task"], f.fields["attempt"], f.fields["outcome"]) for f in finished}
+    assert outcomes == {("obs.flaky", 1, "succeeded"), ("obs.ignored", 1, "control")}
+
+
 def test_a_durable_timer_keeps_the_trace(
     worker_app: tuple[Celery, MemoryTimerStore], spans: InMemorySpanExporter
 ) -> None:

@@ -83,24 +83,45 @@ def execute(
         request = task.request
     header = bound.codec.decode(request.headers)
     facts = AttemptFacts.start(task, _attempt_of(header), request)
-    if facts is not None:
-        try:
-            return _execute(task, bound, args, kwargs, request, header=header, facts=facts)
-        finally:
-            facts.finish()
-    if header is None and bound.first is not None and not _redelivered_or_eager(request):
-        return _first_run(task, bound, bound.first, args, kwargs, request=request)
-    return _execute(task, bound, args, kwargs, request, header=header, facts=None)
+    if facts is None:
+        return _run(task, bound, args, kwargs, request, header=header, facts=None)
+    try:
+        return _run(task, bound, args, kwargs, request, header=header, facts=facts)
+    finally:
+        facts.finish()
+
+
+def _run(
+    task: Any,
+    bound: Bound,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    request: Any,
+    *,
+    header: ChartHeader | None,
+    facts: AttemptFacts | None,
+) -> Any:
+    """A first delivery the chart need not see goes direct; every other run steps the chart."""
+    first = bound.first
+    if header is None and first is not None and not _redelivered_or_eager(request):
+        number = first.number_for(None)
+        if number is not None:
+            return _first_run(
+                task, bound, args, kwargs, first=first, number=number, request=request, facts=facts
+            )
+    return _execute(task, bound, args, kwargs, request, header=header, facts=facts)
 
 
 def _first_run(
     task: Any,
     bound: Bound,
-    first: FirstAttempt,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
     *,
+    first: FirstAttempt,
+    number: int,
     request: Any,
+    facts: AttemptFacts | None,
 ) -> Any:
     """A message's first delivery, where a success is known to end the chart: no chart yet.
 
@@ -109,15 +130,19 @@ def _first_run(
     the marker and the function are all the run is. A failure starts the chart with the
     error as its first invocation's outcome, as ``run_chart`` would.
     """
-    number = first.number_for(None)
-    if number is None:
-        return _execute(task, bound, args, kwargs, request, header=None, facts=None)
     mark = functools.partial(stores_for(bound.app).markers().mark, request.id)
-    result, failed = first.attempt(mark, number, task.run, args, kwargs)
+    try:
+        result, failed = first.attempt(mark, number, task.run, args, kwargs)
+    except first.control:
+        if facts is not None:
+            facts.settled(Verdict.CONTROL.value, None)
+        raise
     if failed is None:
+        if facts is not None:
+            facts.settled(Verdict.DONE.value, None)
         return result
     run = Run(call=functools.partial(task.run, *args, **kwargs), lost=failed)
-    return _settle(task, bound, args, kwargs, run, header=None, facts=None)
+    return _settle(task, bound, args, kwargs, run, header=None, facts=facts)
 
 
 def _execute(
