@@ -2,7 +2,7 @@
 
 Celery's prefork pool forks after the app is imported, and a database connection must not
 cross a fork, so stores are opened on first use in the process that uses them and cached
-per (app, process id). A task that never gives up never opens the dead-letter store.
+per app until the process forks. A task that never gives up never opens the dead-letter store.
 """
 
 from __future__ import annotations
@@ -87,19 +87,32 @@ class AppStores:
         return open_attempt_markers(self._app, s.attempt_markers, s.timer_store, s.marker_ttl_s)
 
 
-_cache: weakref.WeakKeyDictionary[Any, tuple[int, AppStores]] = weakref.WeakKeyDictionary()
+_cache: weakref.WeakKeyDictionary[Any, AppStores] = weakref.WeakKeyDictionary()
 _cache_lock = threading.Lock()
 
 
 def stores_for(app: Any) -> AppStores:
-    """The ``AppStores`` of ``app`` in this process (a fresh one after a fork)."""
-    pid = os.getpid()
+    """The ``AppStores`` of ``app`` in this process (a fresh one after a fork).
+
+    Every attempt asks for its markers here, so the lookup is one dict read: a fork empties
+    the cache in the child (``os.register_at_fork``) instead of each call comparing process
+    ids, a system call that cost a chart task's worker as much as sending its marker.
+    """
     found = _cache.get(app)
-    if found is not None and found[0] == pid:
-        return found[1]
+    if found is not None:
+        return found
     with _cache_lock:
         found = _cache.get(app)
-        if found is None or found[0] != pid:
-            found = (pid, AppStores(app))
-            _cache[app] = found
-    return found[1]
+        if found is None:
+            found = _cache[app] = AppStores(app)
+    return found
+
+
+def _forget_in_child() -> None:
+    """A forked child opens its own stores: the parent's connections must not cross."""
+    global _cache_lock
+    _cache_lock = threading.Lock()  # another thread of the parent may have held it
+    _cache.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
