@@ -34,6 +34,7 @@ from xsm_celery.checks import positive_int
 from xsm_celery.eda.relay import DEFAULT_BATCH, DEFAULT_MAX_ATTEMPTS, OutboxRelay
 from xsm_celery.errors import ConfigurationError
 from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S
+from xsm_celery.process import current_pid
 
 __all__ = [
     "DEFAULT_MAX_BATCHES",
@@ -123,7 +124,7 @@ def install_relay(app: Any, outbox: Any, *, broker: Any = None, **options: Any) 
 
 def relay_for(app: Any) -> OutboxRelay:
     """The relay of ``app`` in this process, built on first use (never across a fork)."""
-    pid = os.getpid()
+    pid = current_pid()
     with _lock:
         found = _relays.get(app)
         if found is not None and found[0] == pid:

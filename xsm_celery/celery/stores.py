@@ -2,12 +2,11 @@
 
 Celery's prefork pool forks after the app is imported, and a database connection must not
 cross a fork, so stores are opened on first use in the process that uses them and cached
-per app until the process forks. A task that never gives up never opens the dead-letter store.
+per (app, process id). A task that never gives up never opens the dead-letter store.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 import weakref
 from typing import Any
@@ -16,6 +15,7 @@ from xsm_celery.celery.django_stores import is_django_url, open_django_store
 from xsm_celery.celery.markers import open_attempt_markers
 from xsm_celery.celery.settings import read_settings
 from xsm_celery.errors import ConfigurationError
+from xsm_celery.process import current_pid
 
 __all__ = ["AppStores", "stores_for"]
 
@@ -87,32 +87,23 @@ class AppStores:
         return open_attempt_markers(self._app, s.attempt_markers, s.timer_store, s.marker_ttl_s)
 
 
-_cache: weakref.WeakKeyDictionary[Any, AppStores] = weakref.WeakKeyDictionary()
+_cache: weakref.WeakKeyDictionary[Any, tuple[int, AppStores]] = weakref.WeakKeyDictionary()
 _cache_lock = threading.Lock()
 
 
 def stores_for(app: Any) -> AppStores:
     """The ``AppStores`` of ``app`` in this process (a fresh one after a fork).
 
-    Every attempt asks for its markers here, so the lookup is one dict read: a fork empties
-    the cache in the child (``os.register_at_fork``) instead of each call comparing process
-    ids, a system call that cost a chart task's worker as much as sending its marker.
+    Every attempt asks for its markers here, so the process id is ``current_pid()``, kept
+    without a system call (see ``xsm_celery.process``).
     """
+    pid = current_pid()
     found = _cache.get(app)
-    if found is not None:
-        return found
+    if found is not None and found[0] == pid:
+        return found[1]
     with _cache_lock:
         found = _cache.get(app)
-        if found is None:
-            found = _cache[app] = AppStores(app)
-    return found
-
-
-def _forget_in_child() -> None:
-    """A forked child opens its own stores: the parent's connections must not cross."""
-    global _cache_lock
-    _cache_lock = threading.Lock()  # another thread of the parent may have held it
-    _cache.clear()
-
-
-os.register_at_fork(after_in_child=_forget_in_child)
+        if found is None or found[0] != pid:
+            found = (pid, AppStores(app))
+            _cache[app] = found
+    return found[1]

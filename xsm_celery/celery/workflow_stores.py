@@ -18,7 +18,6 @@ Stores are opened lazily, once per process (never across a fork), like the chart
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -31,6 +30,7 @@ from xsm_celery.errors import ConfigurationError
 from xsm_celery.persistence.inbox import MemoryInbox
 from xsm_celery.persistence.memory import MemoryStore
 from xsm_celery.persistence.timers import MemoryTimerStore
+from xsm_celery.process import current_pid
 
 __all__ = ["MemoryJournal", "StoresOnce", "WorkflowStores", "open_workflow_stores"]
 
@@ -182,7 +182,7 @@ class StoresOnce:
 
     def get(self) -> WorkflowStores:
         """The stores in this process."""
-        pid = os.getpid()
+        pid = current_pid()
         opened = self._opened
         if opened is None or opened[0] != pid:
             with _cache_lock:

@@ -10,12 +10,12 @@ connection). Only bounded fields travel (names, ids, reasons, numbers), never ar
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Mapping
 from typing import Any
 
 from xsm_celery.hooks import Fact, FactKind, subscribe
+from xsm_celery.process import current_pid
 
 __all__ = ["EVENT_TYPES", "CeleryEvents", "event_fields", "install_events"]
 
@@ -78,12 +78,12 @@ class CeleryEvents:
                             **fields)  # fmt: skip
 
     def _open(self) -> Any:
-        if self._dispatcher is None or self._pid != os.getpid():
+        if self._dispatcher is None or self._pid != current_pid():
             connection = self.app.connection_for_write()
             self._dispatcher = self.app.events.Dispatcher(
                 connection, hostname=self.hostname, enabled=True
             )
-            self._pid = os.getpid()
+            self._pid = current_pid()
         return self._dispatcher
 
     def close(self) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xsm_celery.errors import ConfigurationError, MissingExtraError
+from xsm_celery.process import current_pid
 
 try:
     import prometheus_client
@@ -56,7 +57,8 @@ def prepare_multiprocess() -> tuple[str, bool]:
             "or unset the variable so the worker makes a private one"
         )
     if not isinstance(values.ValueClass, type) or values.ValueClass.__name__ == "MutexValue":
-        values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
+        # ``current_pid`` instead of ``os.getpid``: the library asks on every increment.
+        values.ValueClass = values.MultiProcessValue(current_pid)  # type: ignore[no-untyped-call]
     return path, created
 
 
