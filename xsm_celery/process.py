@@ -28,4 +28,5 @@ def _after_fork_in_child() -> None:
     _pid = os.getpid()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+if hasattr(os, "register_at_fork"):  # a platform without fork keeps one id for ever
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -84,32 +84,11 @@ def execute(
     header = bound.codec.decode(request.headers)
     facts = AttemptFacts.start(task, _attempt_of(header), request)
     if facts is None:
-        return _run(task, bound, args, kwargs, request, header=header, facts=None)
+        return _execute(task, bound, args, kwargs, request, header=header, facts=None)
     try:
-        return _run(task, bound, args, kwargs, request, header=header, facts=facts)
+        return _execute(task, bound, args, kwargs, request, header=header, facts=facts)
     finally:
         facts.finish()
-
-
-def _run(
-    task: Any,
-    bound: Bound,
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
-    request: Any,
-    *,
-    header: ChartHeader | None,
-    facts: AttemptFacts | None,
-) -> Any:
-    """A first delivery the chart need not see goes direct; every other run steps the chart."""
-    first = bound.first
-    if header is None and first is not None and not _redelivered_or_eager(request):
-        number = first.number_for(None)
-        if number is not None:
-            return _first_run(
-                task, bound, args, kwargs, first=first, number=number, request=request, facts=facts
-            )
-    return _execute(task, bound, args, kwargs, request, header=header, facts=facts)
 
 
 def _first_run(
@@ -155,7 +134,18 @@ def _execute(
     header: ChartHeader | None,
     facts: AttemptFacts | None,
 ) -> Any:
-    """The function's result, or raise (retry, give up, control flow)."""
+    """The function's result, or raise (retry, give up, control flow).
+
+    A first delivery the chart need not see goes direct (``_first_run``); every other run
+    steps the chart.
+    """
+    first = bound.first
+    if header is None and first is not None and not _redelivered_or_eager(request):
+        number = first.number_for(None)
+        if number is not None:
+            return _first_run(
+                task, bound, args, kwargs, first=first, number=number, request=request, facts=facts
+            )
     run = Run(call=functools.partial(task.run, *args, **kwargs))
     if not request.is_eager:
         markers = stores_for(bound.app).markers()
