@@ -146,6 +146,14 @@ NOOP_CYCLES = 60
 FAIL_ONCE_N = 1500
 ROUNDS = 5
 
+#: Every plain task's options: Celery's own retry, acknowledged late like a chart task.
+PLAIN_RETRY: dict[str, Any] = {
+    "acks_late": True,
+    "autoretry_for": (ConnectionError,),
+    "max_retries": 3,
+    "default_retry_delay": 0,
+}
+
 app = Celery("bench_celery", broker=REDIS)
 app.conf.update(
     task_ignore_result=True,
@@ -165,24 +173,12 @@ def chart_noop() -> None:
     """Succeeds at once, under the retry chart."""
 
 
-@app.task(
-    name="bench.plain_noop",
-    acks_late=True,
-    autoretry_for=(ConnectionError,),
-    max_retries=3,
-    default_retry_delay=0,
-)
+@app.task(name="bench.plain_noop", **PLAIN_RETRY)
 def plain_noop() -> None:
     """Succeeds at once, plain Celery."""
 
 
-@app.task(
-    name="bench.plain_noop_twin",
-    acks_late=True,
-    autoretry_for=(ConnectionError,),
-    max_retries=3,
-    default_retry_delay=0,
-)
+@app.task(name="bench.plain_noop_twin", **PLAIN_RETRY)
 def plain_noop_twin() -> None:
     """The same task as ``plain_noop`` under another name: the A/A control's second side."""
 
@@ -202,10 +198,7 @@ def chart_fail_once(self: Any) -> None:
 @app.task(
     name="bench.plain_fail_once",
     bind=True,
-    acks_late=True,
-    autoretry_for=(ConnectionError,),
-    max_retries=3,
-    default_retry_delay=0,
+    **PLAIN_RETRY,
 )
 def plain_fail_once(self: Any) -> None:
     """Fails on its first run, succeeds on the retry, with Celery's autoretry_for."""
