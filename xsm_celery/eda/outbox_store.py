@@ -7,21 +7,25 @@ same behaviour in memory, for tests.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from xsm_celery.eda import lease_ranges
 from xsm_celery.eda.envelope import Envelope
+from xsm_celery.eda.lease_ranges import LEASE_SCHEMA, PENDING
 from xsm_celery.errors import ArgumentTypeError, ConfigurationError, StoreError
 from xsm_celery.persistence.protocols import (
     DEFAULT_CLAIM_LEASE_S,
     FailedOutboxRecord,
     OutboxRecord,
 )
-from xsm_celery.persistence.sqlite import SQLiteDatabase, SQLiteStore
+from xsm_celery.persistence.sqlite import SQLiteDatabase, SQLiteStore, sqlite_error
 
 __all__ = ["MAX_ERROR_CHARS", "MemoryOutboxStore", "SQLiteOutboxStore"]
 
@@ -215,7 +219,8 @@ class MemoryOutboxStore:
             return None if first is None else self._rows[first].created_at
 
 
-_SCHEMA = """
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS xsm_outbox (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     id TEXT NOT NULL,
@@ -230,8 +235,10 @@ CREATE TABLE IF NOT EXISTS xsm_outbox (
     last_error TEXT,
     failed_at REAL
 );
-CREATE INDEX IF NOT EXISTS xsm_outbox_unsent ON xsm_outbox (seq) WHERE sent_at IS NULL
+CREATE INDEX IF NOT EXISTS xsm_outbox_unsent ON xsm_outbox (seq) WHERE sent_at IS NULL;
 """
+    + LEASE_SCHEMA
+)
 #: Columns added after the first release; a table made before them gains them on open.
 _ADDED_COLUMNS = (
     ("claimed_by", "VARCHAR(128)"),
@@ -240,8 +247,6 @@ _ADDED_COLUMNS = (
     ("last_error", "TEXT"),
     ("failed_at", "REAL"),
 )
-#: What a row must be for the relay to see it: not sent, not set aside as failed.
-_PENDING = "sent_at IS NULL AND failed_at IS NULL"
 
 
 class SQLiteOutboxStore:
@@ -251,6 +256,13 @@ class SQLiteOutboxStore:
     a snapshot is being saved commit or roll back with it. Opening a table made by an
     older version adds the lease and refusal columns (``attempts``, ``last_error``,
     ``failed_at``).
+
+    A claim leases its rows as ranges in ``xsm_outbox_lease`` (``lease_ranges``): one
+    small write per batch, where stamping every row cost as much as marking it sent. Rows
+    an older version leased in their own ``claimed_by`` / ``claimed_until`` columns are
+    still respected, but an older relay does not see range leases: stop older relays
+    before starting these, or accept that rows in flight then may be published twice
+    (consumers dedup on the envelope id).
 
     Args:
         store_or_path: A ``SQLiteStore`` to share, a ``SQLiteDatabase``, or a file path.
@@ -301,8 +313,7 @@ class SQLiteOutboxStore:
     def pending(self, limit: int = 100) -> list[OutboxRecord]:
         """Return up to ``limit`` unsent rows in sequence order."""
         rows = self.db.query(
-            f"SELECT seq, topic, envelope FROM xsm_outbox WHERE {_PENDING} "
-            "ORDER BY seq LIMIT ?",
+            f"SELECT seq, topic, envelope FROM xsm_outbox WHERE {PENDING} ORDER BY seq LIMIT ?",
             (int(limit),),
         )
         return [_record(row) for row in rows]
@@ -313,47 +324,59 @@ class SQLiteOutboxStore:
         """Lease up to ``limit`` unsent rows to ``owner``, skipping others' live leases."""
         _check_claim(limit, owner, lease_s)
         now = self._clock()
-        with self.db.transaction() as conn:
-            rows = conn.execute(
-                f"SELECT seq, topic, envelope FROM xsm_outbox WHERE {_PENDING} AND "
-                "(claimed_until IS NULL OR claimed_until <= ? OR claimed_by = ?) "
-                "ORDER BY seq LIMIT ?",
-                (now, owner, limit),
-            ).fetchall()
-            if rows:
-                conn.execute(
-                    "UPDATE xsm_outbox SET claimed_by = ?, claimed_until = ? "
-                    f"WHERE seq BETWEEN ? AND ? AND {_PENDING} AND "
-                    "(claimed_until IS NULL OR claimed_until <= ? OR claimed_by = ?)",
-                    (owner, now + lease_s, rows[0][0], rows[-1][0], now, owner),
-                )
+        with self._statement("claim") as conn:
+            rows = lease_ranges.claim_runs(conn, limit, owner, now, now + lease_s)
         return [_record(row) for row in rows]
 
     def release(self, seqs: Iterable[int], owner: str) -> int:
         """Hand back ``owner``'s leases on ``seqs``; return how many were released."""
-        return self._update_chunks(
-            "UPDATE xsm_outbox SET claimed_by = NULL, claimed_until = NULL "
-            "WHERE sent_at IS NULL AND claimed_by = ? AND seq IN ({})",
-            (owner,),
-            list(seqs),
-        )
+        wanted = list(seqs)
+        with self._statement("release") as conn:
+            held = lease_ranges.held_by(conn, wanted, owner)
+            self._chunks(
+                conn,
+                "UPDATE xsm_outbox SET claimed_by = NULL, claimed_until = NULL "
+                "WHERE claimed_by = ? AND seq IN ({})",
+                (owner,),
+                held,
+            )
+            lease_ranges.cut(conn, held, owner)
+        return len(held)
 
     def mark_sent(self, seqs: Iterable[int]) -> int:
         """Mark rows as published; return how many changed."""
-        return self._update_chunks(
-            "UPDATE xsm_outbox SET sent_at = ?, claimed_by = NULL, claimed_until = NULL "
-            "WHERE sent_at IS NULL AND seq IN ({})",
-            (self._clock(),),
-            list(seqs),
-        )
+        wanted = list(seqs)
+        with self._statement("mark_sent") as conn:
+            changed = self._chunks(
+                conn,
+                "UPDATE xsm_outbox SET sent_at = ?, claimed_by = NULL, claimed_until = NULL "
+                "WHERE sent_at IS NULL AND seq IN ({})",
+                (self._clock(),),
+                wanted,
+            )
+            if changed:
+                lease_ranges.drop_spent(conn, min(wanted), max(wanted))
+        return changed
 
-    def _update_chunks(self, sql: str, head: tuple[object, ...], seqs: list[int]) -> int:
-        changed = 0
+    @contextlib.contextmanager
+    def _statement(self, what: str) -> Iterator[sqlite3.Connection]:
+        """A write transaction whose driver errors become ``StoreError`` naming ``what``."""
         with self.db.transaction() as conn:
-            for start in range(0, len(seqs), _CHUNK):
-                part = seqs[start : start + _CHUNK]
-                marks = ",".join("?" * len(part))
-                changed += conn.execute(sql.format(marks), (*head, *part)).rowcount
+            try:
+                yield conn
+            except sqlite3.Error as exc:
+                raise sqlite_error(what, self.db.path, exc) from exc
+
+    @staticmethod
+    def _chunks(
+        conn: sqlite3.Connection, sql: str, head: tuple[object, ...], seqs: list[int]
+    ) -> int:
+        """Run ``sql`` over ``seqs`` in ``IN`` lists of at most ``_CHUNK``; sum the rows."""
+        changed = 0
+        for start in range(0, len(seqs), _CHUNK):
+            part = seqs[start : start + _CHUNK]
+            marks = ",".join("?" * len(part))
+            changed += conn.execute(sql.format(marks), (*head, *part)).rowcount
         return changed
 
     def purge_sent(self, *, older_than_s: float = 86400.0) -> int:
@@ -369,26 +392,24 @@ class SQLiteOutboxStore:
         if failed_only:
             where = " WHERE sent_at IS NULL AND failed_at IS NOT NULL"
         elif pending_only:
-            where = f" WHERE {_PENDING}"
+            where = f" WHERE {PENDING}"
         return int(self.db.query(f"SELECT COUNT(*) FROM xsm_outbox{where}")[0][0])
 
     def record_refusal(self, seq: int, owner: str, error: str, *, max_attempts: int) -> int:
         """Count one refusal of ``owner``'s row ``seq``; fail it at ``max_attempts``."""
         text = check_refusal(owner, error, max_attempts)
         now = self._clock()
-        with self.db.transaction() as conn:
-            found = conn.execute(
-                f"SELECT attempts FROM xsm_outbox WHERE seq = ? AND {_PENDING} AND claimed_by = ?",
-                (seq, owner),
-            ).fetchone()
-            if found is None:
+        with self._statement("record_refusal") as conn:
+            if not lease_ranges.held_by(conn, [seq], owner):
                 return 0
+            (found,) = conn.execute("SELECT attempts FROM xsm_outbox WHERE seq = ?", (seq,))
             attempts = int(found[0]) + 1
             conn.execute(
                 "UPDATE xsm_outbox SET attempts = ?, last_error = ?, failed_at = ?, "
                 "claimed_by = NULL, claimed_until = NULL WHERE seq = ?",
                 (attempts, text, now if attempts >= max_attempts else None, seq),
             )
+            lease_ranges.cut(conn, [seq], owner)
         return attempts
 
     def failed(self, limit: int = 100) -> list[FailedOutboxRecord]:
@@ -401,17 +422,24 @@ class SQLiteOutboxStore:
         return [failed_record(row) for row in rows]
 
     def requeue(self, seq: int) -> bool:
-        """Make failed row ``seq`` pending again with its attempts reset."""
-        cursor = self.db.write(
-            "UPDATE xsm_outbox SET attempts = 0, failed_at = NULL "
-            "WHERE seq = ? AND sent_at IS NULL AND failed_at IS NOT NULL",
-            (seq,),
-        )
-        return cursor.rowcount > 0
+        """Make failed row ``seq`` pending again with its attempts reset.
+
+        It is free at once: a lease range another relay took across it since it failed
+        does not hold it.
+        """
+        with self._statement("requeue") as conn:
+            changed = conn.execute(
+                "UPDATE xsm_outbox SET attempts = 0, failed_at = NULL "
+                "WHERE seq = ? AND sent_at IS NULL AND failed_at IS NOT NULL",
+                (seq,),
+            ).rowcount
+            if changed:
+                lease_ranges.cut(conn, [seq])
+        return changed > 0
 
     def oldest_pending_at(self) -> float | None:
         """When the oldest pending row was added (epoch s), or None when none waits."""
-        rows = self.db.query(f"SELECT MIN(created_at) FROM xsm_outbox WHERE {_PENDING}")
+        rows = self.db.query(f"SELECT MIN(created_at) FROM xsm_outbox WHERE {PENDING}")
         value = rows[0][0] if rows else None
         return None if value is None else float(value)
 
