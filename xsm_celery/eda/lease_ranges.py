@@ -25,9 +25,18 @@ from __future__ import annotations
 
 import sqlite3
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
-__all__ = ["LEASE_SCHEMA", "PENDING", "claim_runs", "cut", "drop_spent", "held_by"]
+__all__ = [
+    "IN_LIST_CHUNK",
+    "LEASE_SCHEMA",
+    "PENDING",
+    "claim_runs",
+    "cut",
+    "drop_spent",
+    "held_by",
+    "in_lists",
+]
 
 LEASE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS xsm_outbox_lease (
@@ -55,7 +64,15 @@ _HELD_BY = """(o.claimed_by = ? OR EXISTS (SELECT 1 FROM xsm_outbox_lease l
 _INSERT = (
     "INSERT INTO xsm_outbox_lease (first_seq, last_seq, owner, leased_until) VALUES (?, ?, ?, ?)"
 )
-_CHUNK = 500
+#: Sequence numbers per ``IN (...)`` list: well under SQLite's bound-parameter limit.
+IN_LIST_CHUNK = 500
+
+
+def in_lists(seqs: Sequence[int]) -> Iterator[tuple[Sequence[int], str]]:
+    """``seqs`` in parts of at most ``IN_LIST_CHUNK``, each with its ``?,?,...`` marks."""
+    for start in range(0, len(seqs), IN_LIST_CHUNK):
+        part = seqs[start : start + IN_LIST_CHUNK]
+        yield part, ",".join("?" * len(part))
 
 
 def claim_runs(
@@ -66,9 +83,9 @@ def claim_runs(
     Rows held by another owner are skipped and end the current run, so the ranges written
     cover only rows this owner took (and rows that are not pending). The rows taken are
     first cut out of every range that covered them: a row taken from an owner whose lease
-    ran out stops being that owner's (its own columns are cleared too), so its release or
-    refusal of it counts nothing, and a row this owner takes again gets the new lease
-    only, as with a store that stamps each row.
+    ran out stops being that owner's (a stamp in its own columns is cleared too), so its
+    release or refusal of it counts nothing, and a row this owner takes again gets the
+    new lease only, as with a store that stamps each row.
     """
     if limit <= 0:
         return []
@@ -86,7 +103,7 @@ def claim_runs(
                     first = None
                 continue
             rows.append((seq, topic, text))
-            if claimed_by is not None and claimed_by != owner:
+            if claimed_by is not None:
                 stamped.append(seq)
             if first is None:
                 first = seq
@@ -99,11 +116,9 @@ def claim_runs(
         runs.append((first, last, owner, until))
     if rows:
         cut(conn, [row[0] for row in rows])
-    for start in range(0, len(stamped), _CHUNK):
-        part = stamped[start : start + _CHUNK]
+    for part, marks in in_lists(stamped):
         conn.execute(
-            "UPDATE xsm_outbox SET claimed_by = NULL, claimed_until = NULL "
-            f"WHERE seq IN ({','.join('?' * len(part))})",
+            f"UPDATE xsm_outbox SET claimed_by = NULL, claimed_until = NULL WHERE seq IN ({marks})",
             part,
         )
     conn.executemany(_INSERT, runs)
@@ -113,9 +128,7 @@ def claim_runs(
 def held_by(conn: sqlite3.Connection, seqs: Sequence[int], owner: str) -> list[int]:
     """The pending rows among ``seqs`` that ``owner`` holds, live lease or run out."""
     held: list[int] = []
-    for start in range(0, len(seqs), _CHUNK):
-        part = seqs[start : start + _CHUNK]
-        marks = ",".join("?" * len(part))
+    for part, marks in in_lists(seqs):
         held.extend(
             seq
             for (seq,) in conn.execute(

@@ -29,7 +29,6 @@ from xsm_celery.persistence.sqlite import SQLiteDatabase, SQLiteStore, sqlite_er
 
 __all__ = ["MAX_ERROR_CHARS", "MemoryOutboxStore", "SQLiteOutboxStore"]
 
-_CHUNK = 500
 #: Characters of a refusal's text a row keeps (a driver message can be long).
 MAX_ERROR_CHARS = 2000
 
@@ -260,9 +259,10 @@ class SQLiteOutboxStore:
     A claim leases its rows as ranges in ``xsm_outbox_lease`` (``lease_ranges``): one
     small write per batch, where stamping every row cost as much as marking it sent. Rows
     an older version leased in their own ``claimed_by`` / ``claimed_until`` columns are
-    still respected, but an older relay does not see range leases: stop older relays
-    before starting these, or accept that rows in flight then may be published twice
-    (consumers dedup on the envelope id).
+    still respected, but a store that stamps rows (an older version of this one, or a
+    SQLAlchemy store on the same file) does not see range leases: stop such relays before
+    starting these, or accept that rows in flight then may be published twice (consumers
+    dedup on the envelope id).
 
     Args:
         store_or_path: A ``SQLiteStore`` to share, a ``SQLiteDatabase``, or a file path.
@@ -371,13 +371,11 @@ class SQLiteOutboxStore:
     def _chunks(
         conn: sqlite3.Connection, sql: str, head: tuple[object, ...], seqs: list[int]
     ) -> int:
-        """Run ``sql`` over ``seqs`` in ``IN`` lists of at most ``_CHUNK``; sum the rows."""
-        changed = 0
-        for start in range(0, len(seqs), _CHUNK):
-            part = seqs[start : start + _CHUNK]
-            marks = ",".join("?" * len(part))
-            changed += conn.execute(sql.format(marks), (*head, *part)).rowcount
-        return changed
+        """Run ``sql`` over ``seqs`` in ``IN`` lists (``lease_ranges.in_lists``); sum the rows."""
+        return sum(
+            conn.execute(sql.format(marks), (*head, *part)).rowcount
+            for part, marks in lease_ranges.in_lists(seqs)
+        )
 
     def purge_sent(self, *, older_than_s: float = 86400.0) -> int:
         """Delete rows sent more than ``older_than_s`` seconds ago; return how many."""
