@@ -109,6 +109,19 @@ class SQLiteDatabase:
             self._lock.release()
 
     @contextlib.contextmanager
+    def writing(self, what: str) -> Iterator[sqlite3.Connection]:
+        """``transaction()`` whose driver errors become ``StoreError`` naming ``what``.
+
+        For a block of several statements, the way ``write`` is for one: an outage
+        (``StoreUnavailableError``) and a refused value (``StoreError``) stay apart.
+        """
+        with self.transaction() as conn:
+            try:
+                yield conn
+            except sqlite3.Error as exc:
+                raise sqlite_error(what, self.path, exc) from exc
+
+    @contextlib.contextmanager
     def _top_level(self) -> Iterator[None]:
         self._run("BEGIN IMMEDIATE")
         self._depth, self._owner = 1, threading.get_ident()
