@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.persistence.store_contract import StateStoreContract
-from xsm_celery.errors import StoreError
+from xsm_celery.errors import StoreError, StoreUnavailableError
 from xsm_celery.persistence import MemoryStore, SQLiteDatabase, SQLiteStore, StateStore
 
 
@@ -74,6 +74,24 @@ def test_nested_transaction_is_a_savepoint(tmp_path: Path) -> None:
             inner_fails()
     assert store.load("a") is not None
     assert store.load("b") is None
+
+
+def test_a_driver_error_in_a_transaction_is_a_store_error(tmp_path: Path) -> None:
+    """A refused value inside a block is StoreError (not an outage), and the block rolls back."""
+    db = SQLiteDatabase(tmp_path / "d.db")
+    db.script("CREATE TABLE t (n INTEGER NOT NULL)")
+
+    def fill(values: list[int | None], table: str = "t") -> None:
+        with db.transaction(what=f"filling {table}") as conn:
+            for value in values:
+                conn.execute(f"INSERT INTO {table} (n) VALUES (?)", (value,))
+
+    with pytest.raises(StoreError, match="SQLite filling t failed") as caught:
+        fill([1, None])
+    assert not isinstance(caught.value, StoreUnavailableError)
+    assert db.query("SELECT COUNT(*) FROM t") == [(0,)]
+    with pytest.raises(StoreUnavailableError, match="filling missing"):
+        fill([1], table="missing")
 
 
 def test_two_connections_see_each_other(tmp_path: Path) -> None:

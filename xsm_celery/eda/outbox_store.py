@@ -323,14 +323,14 @@ class SQLiteOutboxStore:
         """Lease up to ``limit`` unsent rows to ``owner``, skipping others' live leases."""
         _check_claim(limit, owner, lease_s)
         now = self._clock()
-        with self.db.writing("claim") as conn:
+        with self.db.transaction(what="claim") as conn:
             rows = lease_ranges.claim_runs(conn, limit, owner, now, now + lease_s)
         return [_record(row) for row in rows]
 
     def release(self, seqs: Iterable[int], owner: str) -> int:
         """Hand back ``owner``'s leases on ``seqs``; return how many were released."""
         wanted = list(seqs)
-        with self.db.writing("release") as conn:
+        with self.db.transaction(what="release") as conn:
             held = lease_ranges.held_by(conn, wanted, owner)
             self._chunks(
                 conn,
@@ -345,7 +345,7 @@ class SQLiteOutboxStore:
     def mark_sent(self, seqs: Iterable[int]) -> int:
         """Mark rows as published; return how many changed."""
         wanted = list(seqs)
-        with self.db.writing("mark_sent") as conn:
+        with self.db.transaction(what="mark_sent") as conn:
             changed = self._chunks(
                 conn,
                 "UPDATE xsm_outbox SET sent_at = ?, claimed_by = NULL, claimed_until = NULL "
@@ -387,7 +387,7 @@ class SQLiteOutboxStore:
         """Count one refusal of ``owner``'s row ``seq``; fail it at ``max_attempts``."""
         text = check_refusal(owner, error, max_attempts)
         now = self._clock()
-        with self.db.writing("record_refusal") as conn:
+        with self.db.transaction(what="record_refusal") as conn:
             if not lease_ranges.held_by(conn, [seq], owner):
                 return 0
             (found,) = conn.execute("SELECT attempts FROM xsm_outbox WHERE seq = ?", (seq,))
@@ -415,7 +415,7 @@ class SQLiteOutboxStore:
         It is free at once: a lease range another relay took across it since it failed
         does not hold it.
         """
-        with self.db.writing("requeue") as conn:
+        with self.db.transaction(what="requeue") as conn:
             changed = conn.execute(
                 "UPDATE xsm_outbox SET attempts = 0, failed_at = NULL "
                 "WHERE seq = ? AND sent_at IS NULL AND failed_at IS NOT NULL",

@@ -86,11 +86,16 @@ class SQLiteDatabase:
         return self._depth > 0 and self._owner == threading.get_ident()
 
     @contextlib.contextmanager
-    def transaction(self, *, timeout: float | None = None) -> Iterator[sqlite3.Connection]:
+    def transaction(
+        self, *, timeout: float | None = None, what: str = "write"
+    ) -> Iterator[sqlite3.Connection]:
         """Run the block in a write transaction (a savepoint when already inside one).
 
         Raises ``LockTimeoutError`` when another thread holds the database longer than
-        ``timeout`` seconds; any exception leaving the block rolls its writes back.
+        ``timeout`` seconds; any exception leaving the block rolls its writes back. A
+        driver error raised in the block leaves it as ``StoreError`` naming ``what``
+        (``sqlite_error``), as ``write`` does for one statement: an outage
+        (``StoreUnavailableError``) and a refused value stay apart for the callers.
         """
         wait = self.timeout if timeout is None else timeout
         if not self._lock.acquire(timeout=max(wait, 0.0)):
@@ -99,27 +104,13 @@ class SQLiteDatabase:
                 "raise the timeout or shorten the transactions"
             )
         try:
-            if self._depth:
-                with self._savepoint():
+            with self._savepoint() if self._depth else self._top_level():
+                try:
                     yield self._conn
-            else:
-                with self._top_level():
-                    yield self._conn
+                except sqlite3.Error as exc:
+                    raise sqlite_error(what, self.path, exc) from exc
         finally:
             self._lock.release()
-
-    @contextlib.contextmanager
-    def writing(self, what: str) -> Iterator[sqlite3.Connection]:
-        """``transaction()`` whose driver errors become ``StoreError`` naming ``what``.
-
-        For a block of several statements, the way ``write`` is for one: an outage
-        (``StoreUnavailableError``) and a refused value (``StoreError``) stay apart.
-        """
-        with self.transaction() as conn:
-            try:
-                yield conn
-            except sqlite3.Error as exc:
-                raise sqlite_error(what, self.path, exc) from exc
 
     @contextlib.contextmanager
     def _top_level(self) -> Iterator[None]:
