@@ -21,7 +21,7 @@ from celery import Celery
 from tests.celery.workflow_charts import order_machine
 from tests.celery.workflow_support import captured_facts, private_schema
 from xsm_celery.celery import Workflow, Xsm, fire_due_timers
-from xsm_celery.celery.workflow_step import Message
+from xsm_celery.celery.workflow.step import Message
 from xsm_celery.errors import InvalidEventError, WorkflowStepError
 from xsm_celery.hooks import FactKind
 

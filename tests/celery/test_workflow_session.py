@@ -19,7 +19,7 @@ from celery import Celery
 
 from tests.celery.workflow_support import private_schema
 from xsm_celery.celery import Workflow, Xsm
-from xsm_celery.celery.workflow_step import Message
+from xsm_celery.celery.workflow.step import Message
 from xsm_celery.engine import MachineLogic, create_machine
 from xsm_celery.errors import ConflictError, LockTimeoutError, WorkflowStepError
 

@@ -190,7 +190,7 @@ def test_a_stuck_saga_compensation_is_listed_in_the_dead_letter_admin(
 ) -> None:
     """compensationFailed writes a dead letter to the Django store, shown by the admin."""
     from xsm_celery.celery import celery_service
-    from xsm_celery.celery.workflow_step import Message
+    from xsm_celery.celery.workflow.step import Message
     from xsm_celery.engine import MachineLogic, create_machine
     from xsm_celery.patterns import SagaBuilder
 

@@ -68,7 +68,7 @@ class Xsm:
         over a function returning the machine: ``@xsm.workflow(store="django")``. Options
         are ``Workflow``'s (``store``, ``name``, ``queue``, ``retry_policy``...).
         """
-        from xsm_celery.celery.workflow import Workflow, workflow_decorator
+        from xsm_celery.celery.workflow.api import Workflow, workflow_decorator
 
         if machine is None:
             return workflow_decorator(self.app, options)

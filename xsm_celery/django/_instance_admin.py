@@ -211,12 +211,12 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 def _instance(row: WorkflowInstance) -> tuple[Any, Any]:
     """The ``Workflow`` of a row (None if this process lacks it) and its current view."""
-    from xsm_celery.celery.workflow import find_workflow
+    from xsm_celery.celery.workflow.api import find_workflow
 
     flow = find_workflow(row.workflow)
     if flow is not None:
         return flow, flow.get(row.key)
-    from xsm_celery.celery.workflow_view import view_of
+    from xsm_celery.celery.workflow.view import view_of
     from xsm_celery.django.stores import DjangoSnapshotStore
 
     record = DjangoSnapshotStore(using=row._state.db or None).load(row.store_key)

@@ -25,8 +25,8 @@ from xsm_celery.celery.time_limits import lost_attempt_error
 from xsm_celery.errors import WorkerLost
 
 if TYPE_CHECKING:
-    from xsm_celery.celery.workflow import Workflow
-    from xsm_celery.celery.workflow_step import Message
+    from xsm_celery.celery.workflow.api import Workflow
+    from xsm_celery.celery.workflow.step import Message
 
 __all__ = ["LOST_KWARG", "RUNS_KWARG", "LostRuns", "count_lost_runs", "mark_run"]
 

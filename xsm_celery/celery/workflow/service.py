@@ -30,7 +30,7 @@ from typing import Any
 from celery import current_app, shared_task
 from kombu.utils.uuid import uuid
 
-from xsm_celery.celery.workflow_step import INVOCATIONS_KEY, Dispatch, Message, current_step
+from xsm_celery.celery.workflow.step import INVOCATIONS_KEY, Dispatch, Message, current_step
 from xsm_celery.engine import CallbackLogic, Event, from_callback
 from xsm_celery.errors import ConfigurationError, WorkflowStepError
 from xsm_celery.patterns.error_chain import truncate_message
@@ -129,7 +129,7 @@ def workflow_failed(*args: Any) -> None:
     name, key, invoke_id, task_id, queue = ours
     message = Message(f"error:{task_id}", "error", invoke=str(invoke_id), dispatch=str(task_id),
                       data=info)  # fmt: skip
-    from xsm_celery.celery.workflow import WORKFLOW_TASK_PREFIX
+    from xsm_celery.celery.workflow.api import WORKFLOW_TASK_PREFIX
 
     current_app.send_task(
         f"{WORKFLOW_TASK_PREFIX}{name}",

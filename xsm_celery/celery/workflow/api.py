@@ -10,7 +10,7 @@
     orders.send_now("o-42", "PAY", total=99)    # the same step in this process
     orders.get("o-42")                          # None, or a WorkflowView
 
-Every event is one step (``xsm_celery.celery.workflow_step``) run by the workflow's task
+Every event is one step (``xsm_celery.celery.workflow.step``) run by the workflow's task
 ``xsm.workflow.<name>``: the instance is locked, loaded, sent the event and saved with its
 inbox receipt, timer rows and outbox rows in one transaction. ``after`` timers become
 countdown messages (or durable rows fired by the ``xsm-fire-timers`` Beat entry when longer
@@ -34,10 +34,10 @@ from kombu.utils.uuid import uuid
 from xsm_celery.celery.execute import WORKFLOW_HEADER
 from xsm_celery.celery.settings import DEFAULT_STORE_URL, read_settings, register_keys
 from xsm_celery.celery.timers import register_timer_source
-from xsm_celery.celery.workflow_step import Dispatch, Message, StepOutcome, run_step
-from xsm_celery.celery.workflow_stores import StoresOnce, WorkflowStores
-from xsm_celery.celery.workflow_task import run_step_task
-from xsm_celery.celery.workflow_view import WorkflowView, view_of
+from xsm_celery.celery.workflow.step import Dispatch, Message, StepOutcome, run_step
+from xsm_celery.celery.workflow.stores import StoresOnce, WorkflowStores
+from xsm_celery.celery.workflow.task import run_step_task
+from xsm_celery.celery.workflow.view import WorkflowView, view_of
 from xsm_celery.engine import Machine, is_engine_event_type
 from xsm_celery.engine.events import to_event
 from xsm_celery.errors import ConfigurationError, InvalidEventError
@@ -383,7 +383,7 @@ class Workflow:
         done = Message(f"done:{dispatch.task_id}", "done", invoke=dispatch.invoke_id,
                        dispatch=dispatch.task_id)  # fmt: skip
         link = self.task.signature((key, done.to_dict()), **self._routing())
-        from xsm_celery.celery.service import FAILED_TASK
+        from xsm_celery.celery.workflow.service import FAILED_TASK
 
         errback = self.app.signature(
             FAILED_TASK, args=(self.name, key, dispatch.invoke_id, dispatch.task_id, self.queue)
@@ -459,7 +459,7 @@ class Workflow:
 
 def _buffer_dead_letter(record: Any) -> None:
     """The dead-letter plugin's sink: keep the record until the step commits."""
-    from xsm_celery.celery.workflow_step import current_step
+    from xsm_celery.celery.workflow.step import current_step
 
     step = current_step()
     if step is None:

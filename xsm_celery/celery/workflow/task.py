@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from xsm_celery.celery.spool import DeadLetterSpool, dead_letter_id
 from xsm_celery.celery.stores import stores_for
-from xsm_celery.celery.workflow_lost import LOST_KWARG, RUNS_KWARG, count_lost_runs, mark_run
-from xsm_celery.celery.workflow_step import Message, StepOutcome, run_step
+from xsm_celery.celery.workflow.lost import LOST_KWARG, RUNS_KWARG, count_lost_runs, mark_run
+from xsm_celery.celery.workflow.step import Message, StepOutcome, run_step
 from xsm_celery.engine import DEFAULT_REDACT_KEYS, redact
 from xsm_celery.errors import (
     ConflictError,
@@ -44,7 +44,7 @@ from xsm_celery.patterns import DeadLetter, DeadLetterReason
 from xsm_celery.patterns.error_chain import error_entry
 
 if TYPE_CHECKING:
-    from xsm_celery.celery.workflow import Workflow
+    from xsm_celery.celery.workflow.api import Workflow
 
 __all__ = ["OUTAGE_RETRY_MAX_S", "parse_arguments", "run_step_task"]
 

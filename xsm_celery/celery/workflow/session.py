@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from xsm_celery.persistence.protocols import StoredSnapshot
 
 if TYPE_CHECKING:
-    from xsm_celery.celery.workflow_stores import WorkflowStores
+    from xsm_celery.celery.workflow.stores import WorkflowStores
 
 __all__ = ["GenericSession", "StepSession", "generic_session"]
 

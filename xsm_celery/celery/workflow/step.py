@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from xsm_celery.celery.workflow_session import StepSession, generic_session
+from xsm_celery.celery.workflow.session import StepSession, generic_session
 from xsm_celery.engine import EngineEvent, Event, PluginBase, Receipt
 from xsm_celery.errors import WorkflowStepError
 from xsm_celery.hooks import FactKind, emit
@@ -35,7 +35,7 @@ from xsm_celery.persistence.persisted import persisted
 from xsm_celery.persistence.timers import deadlines_of
 
 if TYPE_CHECKING:
-    from xsm_celery.celery.workflow import Workflow
+    from xsm_celery.celery.workflow.api import Workflow
 
 __all__ = [
     "INVOCATIONS_KEY",
