@@ -167,7 +167,10 @@ def test_the_task_step_is_dispatched_after_commit_and_completes(
     assert body[1] == {"amount": 42}
     [link] = body[2]["callbacks"]
     assert link["task"] == "xsm.workflow.order"
-    assert all(t.key != task_id for t in orders.stores().timers.due(time.time() + 3600))
+    # The task step's row stays until its completion is applied (the broker may lose it).
+    rows = [t for t in orders.stores().timers.due(time.time() + 3600) if t.key == task_id]
+    assert len(rows) == 1
+    assert rows[0].due_at > time.time() + 60
     assert orders.stores().outbox.count(pending_only=True) == 1
     done = Message.from_dict({**link["args"][1], "data": {"charged": 42}})
     outcome = orders.step(link["args"][0], done)
@@ -177,6 +180,7 @@ def test_the_task_step_is_dispatched_after_commit_and_completes(
     assert paid.value == "paid"
     assert paid.context["receipt"] == {"charged": 42}
     assert paid.waiting_for == {}
+    assert all(t.key != task_id for t in orders.stores().timers.due(time.time() + 3600))
 
 
 def test_a_completion_for_a_left_state_is_stale(app: Celery, store_url: str) -> None:
@@ -278,13 +282,21 @@ def test_a_long_timer_is_a_row_fired_by_the_beat_scan(
     [message] = _queued(app, broker[1])
     assert message["headers"]["task"] == "xsm.workflow.order"
     assert message["headers"]["id"] == rows[0].key
-    assert orders.stores().timers.due(time.time() + 3600) == []
+    # Published, not forgotten: the row waits, postponed, until the step applies the timer.
+    [kept] = orders.stores().timers.due(time.time() + 3600)
+    assert kept.key == rows[0].key
+    assert kept.due_at > rows[0].due_at
+    body = json.loads(base64.b64decode(message["body"]))
+    timer = Message.from_dict(body[0][1])
+    assert orders.step("o-13", timer).outcome == "applied"  # early: the timer is armed again
+    assert [t.key for t in orders.stores().timers.due(time.time() + 3600)] == [rows[0].key]
 
 
 def test_a_short_timer_is_a_countdown_message(
     app: Celery, broker: tuple[str, redis_lib.Redis], store_url: str
 ) -> None:
-    """A delay within the countdown limit is published with its eta; its back-stop row goes."""
+    """A delay within the countdown limit is published with its eta; its row waits a grace
+    behind it (for a worker killed holding the countdown) until the timer is applied."""
     @app.task(name=f"{app.main}.charge")
     def charge(amount: int) -> int:
         return amount
@@ -294,6 +306,17 @@ def test_a_short_timer_is_a_countdown_message(
     [message] = _queued(app, broker[1])
     assert message["headers"]["task"] == "xsm.workflow.order"
     assert message["headers"]["eta"] is not None
+    [row] = orders.stores().timers.due(time.time() + 3600)
+    assert row.key == message["headers"]["id"]
+    assert 25 < row.due_at - time.time() < 35  # the timer's 2 s plus the 30 s grace
+    body = json.loads(base64.b64decode(message["body"]))
+    timer = Message.from_dict(body[0][1])
+    assert timer.due_at is not None
+    time.sleep(max(0.0, timer.due_at - time.time()) + 0.05)
+    assert orders.step("o-14", timer).outcome == "applied"
+    view = orders.get("o-14")
+    assert view is not None
+    assert view.value == "expired"
     assert orders.stores().timers.due(time.time() + 3600) == []
 
 

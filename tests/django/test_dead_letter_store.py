@@ -8,7 +8,7 @@ from django.test import override_settings
 from tests.contract_dead_letters import make_record
 from xsm_celery.django.models import DeadLetterRecord
 from xsm_celery.django.stores import DjangoDeadLetterStore
-from xsm_celery.errors import StoreError, StoreUnavailableError
+from xsm_celery.errors import ConfigurationError, StoreError, StoreUnavailableError
 
 
 def test_secrets_are_redacted_on_write(sqlite_db: str) -> None:
@@ -81,7 +81,8 @@ def test_the_alias_comes_from_settings_when_not_given(sqlite_db: str) -> None:
 
 
 def test_a_database_error_is_a_store_error(sqlite_db: str) -> None:
-    """A missing table surfaces as StoreError naming the operation and the migrate command."""
+    """A missing table surfaces as StoreError naming the operation and the migrate command;
+    it is a set-up error (ConfigurationError), not an outage to retry for ever."""
     from django.db import connections
 
     store = DjangoDeadLetterStore(using=sqlite_db)
@@ -90,7 +91,8 @@ def test_a_database_error_is_a_store_error(sqlite_db: str) -> None:
     try:
         with pytest.raises(StoreError, match=r"get failed.*migrate") as info:
             store.get("x")
-        assert isinstance(info.value, StoreUnavailableError)
+        assert isinstance(info.value, ConfigurationError)
+        assert not isinstance(info.value, StoreUnavailableError)
     finally:
         with connections[sqlite_db].cursor() as cursor:
             cursor.execute('ALTER TABLE "moved_away" RENAME TO "xsm_celery_deadletterrecord"')

@@ -29,12 +29,12 @@ from xsm_celery.celery.observability import ObservabilityConfig, observability_c
 from xsm_celery.celery.relay import install_relay, relay_outbox
 from xsm_celery.celery.replay import TaskReplayResult, replay_task
 from xsm_celery.celery.serialization import require_json
-from xsm_celery.celery.workflow.service import celery_service
 from xsm_celery.celery.settings import XsmSettings, read_settings, register_keys
 from xsm_celery.celery.task import ChartTask
 from xsm_celery.celery.timers import FIRE_TIMERS_TASK, fire_due_timers, fire_timers
 from xsm_celery.celery.tracer import ChartRetry
 from xsm_celery.celery.workflow.api import Workflow, workflow_named, workflows_of
+from xsm_celery.celery.workflow.service import celery_service
 from xsm_celery.celery.workflow.stores import WorkflowStores
 from xsm_celery.celery.workflow.view import PendingTimer, WorkflowView
 from xsm_celery.errors import TaskGaveUp, WorkerLost

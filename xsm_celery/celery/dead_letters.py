@@ -18,7 +18,7 @@ from typing import Any
 
 from xsm_celery.celery.canvas import CANVAS_KEY
 from xsm_celery.celery.secrets import mask_exception, task_secrets
-from xsm_celery.celery.spool import DEFAULT_SPOOL_DIR, DeadLetterSpool, dead_letter_id
+from xsm_celery.celery.spool import DEFAULT_SPOOL_DIR, DeadLetterSpool, dead_letter_id, run_id
 from xsm_celery.engine import Machine, redact
 from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS, secret_values
 from xsm_celery.errors import DeferredTooLongError, TimeLimitKilled, WorkerLost
@@ -141,7 +141,7 @@ class DeadLetterWriter:
         errors = [dict(e) for e in chain] if isinstance(chain, list) else []
         attempts = _attempts(context)
         return DeadLetter(
-            id=dead_letter_id(failure.task_id, attempts),
+            id=dead_letter_id(run_id(failure.task_id, failure.workflow), attempts),
             machine_id=failure.machine_id,
             state_id=failure.state_id,
             event={

@@ -27,7 +27,7 @@ from xsm_celery.celery.facts import AttemptFacts
 from xsm_celery.celery.header import HEADER, ChartHeader, HeaderCodec
 from xsm_celery.celery.secrets import mask_context_errors, mask_exception
 from xsm_celery.celery.settings import XsmSettings
-from xsm_celery.celery.spool import DeadLetterSpool
+from xsm_celery.celery.spool import DeadLetterSpool, run_id
 from xsm_celery.celery.stores import stores_for
 from xsm_celery.celery.time_limits import lost_attempt_error
 from xsm_celery.celery.timers import schedule_retry
@@ -218,7 +218,8 @@ def _attempt_of(header: ChartHeader | None) -> int:
 
 def _finish_interrupted_give_up(task: Any, bound: Bound, header: ChartHeader | None) -> None:
     """End the task if the lost attempt had given up and was writing its dead letter."""
-    record_id = bound.writer.resume(str(task.request.id), _attempt_of(header))
+    task_id = run_id(str(task.request.id), _workflow_of(task.request))
+    record_id = bound.writer.resume(task_id, _attempt_of(header))
     if record_id is not None:
         raise TaskGaveUp(
             f"task {task.name}[{task.request.id}] gave up before its worker died; its dead "
@@ -326,5 +327,9 @@ def _workflow_of(request: Any) -> dict[str, str] | None:
     if raw is None:
         raw = (getattr(request, "headers", None) or {}).get(WORKFLOW_HEADER)
     if isinstance(raw, dict) and isinstance(raw.get("workflow"), str):
-        return {"workflow": str(raw["workflow"]), "key": str(raw.get("key", ""))}
+        found = {"workflow": str(raw["workflow"]), "key": str(raw.get("key", ""))}
+        if isinstance(raw.get("replay"), str) and raw["replay"]:
+            found["replay"] = str(raw["replay"])[:64]
+        return found
     return None
+

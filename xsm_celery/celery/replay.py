@@ -7,6 +7,11 @@ over at attempt 1, and it keeps the chain and callbacks the original message car
 chord member is refused: it cannot rejoin its chord). A record whose arguments were redacted
 is refused: sending ``"***"`` in place of a card token would only fail again, or worse,
 succeed with the wrong value.
+
+A record that belongs to a durable workflow (``workflow_of_record``) names its workflow and
+key in the result. Its step message is sent again as any task is; its task step goes through
+the instance (``xsm_celery.celery.workflow.replay``): sent with its own task id and the
+workflow's callbacks while the instance still waits for it, refused once it moved on.
 """
 
 from __future__ import annotations
@@ -18,10 +23,17 @@ from typing import Any
 from celery.utils import uuid
 
 from xsm_celery.celery.canvas import replay_options
+from xsm_celery.celery.workflow.replay import (
+    TaskStepReplay,
+    describe_step_message,
+    replay_task_step,
+    workflow_of_record,
+)
 from xsm_celery.engine.redact import REDACTED
 from xsm_celery.errors import ReplayRefusedError
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.operators import current_actor
+from xsm_celery.patterns.dead_letter_workflow import WorkflowPart, WorkflowRef
 
 __all__ = ["TaskReplayResult", "replay_task"]
 
@@ -38,6 +50,10 @@ class TaskReplayResult:
     args: list[Any]
     kwargs: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
+    #: The workflow the record belongs to (a step message or a task step), else None.
+    workflow: str | None = None
+    #: The key of that workflow's instance, else None.
+    key: str | None = None
 
 
 def replay_task(
@@ -61,28 +77,57 @@ def replay_task(
 
     Raises:
         ReplayRefusedError: no such record, not a task's record, already resolved,
-            redacted arguments, or a real replay without a reason.
+            redacted arguments, a real replay without a reason, or a workflow's task step
+            whose workflow is not declared here or whose instance no longer waits for it.
     """
     record = _replayable(store, record_id)
-    options = replay_options(record_id, (record.event or {}).get("payload"))
+    ref = workflow_of_record(record)
+    warnings = _warnings(app, record)  # first: it imports the modules that declare workflows
+    step = None
+    if ref is not None and ref.part is WorkflowPart.TASK_STEP:
+        step = replay_task_step(app, record, ref)
+    # A task step's callbacks are the workflow's, rebuilt by its replay; others keep theirs.
+    options = {} if step else replay_options(record_id, (record.event or {}).get("payload"))
     args, kwargs = list(record.task_args or []), dict(record.task_kwargs or {})
-    warnings = _warnings(app, record)
     name = str(record.task_name)
+    owner = (ref.workflow, ref.key) if ref is not None else (None, None)
     if dry_run:
-        outcome = f"dry run: would send {name} with args={args!r} kwargs={kwargs!r}"
-        return TaskReplayResult(record_id, True, outcome, name, None, args, kwargs, warnings)
+        outcome = _dry_outcome(record, ref, step)
+        return TaskReplayResult(record_id, True, outcome, name, None, args, kwargs, warnings,
+                                *owner)  # fmt: skip
     if not reason or not reason.strip():
         raise ReplayRefusedError(
             f"replaying dead letter {record_id} needs a reason (reason='...'); it is audited"
         )
-    task_id = uuid()
-    app.send_task(name, args=args, kwargs=kwargs, task_id=task_id, **options)
+    task_id, outcome = _send(app, record, step, options)
     store.mark_resolved(record_id, time.time())
-    outcome = f"sent {name} as task {task_id}"
     store.audit(record_id, "replay", actor=current_actor(actor), reason=reason, outcome=outcome)
     emit(FactKind.DEAD_LETTER_REPLAYED, source="task", task=name, task_id=task_id,
          record_id=record_id, reason=record.reason)  # fmt: skip
-    return TaskReplayResult(record_id, False, outcome, name, task_id, args, kwargs, warnings)
+    return TaskReplayResult(record_id, False, outcome, name, task_id, args, kwargs, warnings,
+                            *owner)  # fmt: skip
+
+
+def _send(app: Any, record: Any, step: TaskStepReplay | None, options: dict[str, Any]
+          ) -> tuple[str, str]:  # fmt: skip
+    """Send the task (a task step through its workflow); its task id and the outcome."""
+    name = str(record.task_name)
+    if step is not None:
+        task_id = step.send()
+        return task_id, f"sent task step {name} of workflow {step.ref} again as task {task_id}"
+    task_id = uuid()
+    app.send_task(name, args=list(record.task_args or []), kwargs=dict(record.task_kwargs or {}),
+                  task_id=task_id, **options)  # fmt: skip
+    return task_id, f"sent {name} as task {task_id}"
+
+
+def _dry_outcome(record: Any, ref: WorkflowRef | None, step: TaskStepReplay | None) -> str:
+    if step is not None:
+        return f"dry run: {step.describe()}"
+    if ref is not None and ref.part is WorkflowPart.STEP_MESSAGE:
+        return f"dry run: {describe_step_message(ref, record)}"
+    args, kwargs = list(record.task_args or []), dict(record.task_kwargs or {})
+    return f"dry run: would send {record.task_name} with args={args!r} kwargs={kwargs!r}"
 
 
 def _replayable(store: Any, record_id: str) -> Any:

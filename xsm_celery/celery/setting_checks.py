@@ -177,4 +177,6 @@ FIELD_CHECKS: Mapping[str, Callable[[str, Any], Any]] = {
     "marker_ttl_s": lambda k, v: seconds(k, v, high=MAX_MARKER_TTL_S),
     "redact_keys": names,
     "dead_letter_spool": text,
+    "workflow_outage_max_s": lambda k, v: seconds(k, v, high=MAX_MARKER_TTL_S),
+    "workflow_recovery_grace_s": lambda k, v: seconds(k, v, high=86_400.0),
 }

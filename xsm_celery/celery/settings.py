@@ -28,6 +28,8 @@ from xsm_celery.errors import ConfigurationError
 __all__ = [
     "DEFAULT_COUNTDOWN_MAX_S",
     "DEFAULT_STORE_URL",
+    "DEFAULT_WORKFLOW_OUTAGE_MAX_S",
+    "DEFAULT_WORKFLOW_RECOVERY_GRACE_S",
     "XsmSettings",
     "read_settings",
     "register_keys",
@@ -45,6 +47,15 @@ DEFAULT_COUNTDOWN_MAX_S = 300.0
 
 #: How long an attempt marker is kept: it only has to outlive a redelivery of the message.
 DEFAULT_MARKER_TTL_S = 86_400.0
+
+#: How long a workflow step that meets an outage or a busy key is retried, uncounted, before
+#: its message becomes a ``deferred_too_long`` dead letter: a day, long enough for any
+#: database failover or maintenance window, short enough that a store left broken is seen.
+DEFAULT_WORKFLOW_OUTAGE_MAX_S = 86_400.0
+
+#: How overdue a workflow timer or task-step row must be before the Beat scan re-publishes
+#: it: longer than a busy queue's usual delay, so the scan rarely duplicates a live message.
+DEFAULT_WORKFLOW_RECOVERY_GRACE_S = 30.0
 
 #: How many due timers one Beat tick publishes at most.
 DEFAULT_TIMER_BATCH = 500
@@ -94,6 +105,12 @@ class XsmSettings:
     #: ``xsm_dead_letter_spool``: the directory where dead letters wait while the store is
     #: down (or while a killed write is finished by the redelivery).
     dead_letter_spool: str = DEFAULT_SPOOL_DIR
+    #: ``xsm_workflow_outage_max_s``: how long a workflow step is retried, uncounted, while
+    #: its store is down or its key is busy, before its message is dead-lettered.
+    workflow_outage_max_s: float = DEFAULT_WORKFLOW_OUTAGE_MAX_S
+    #: ``xsm_workflow_recovery_grace_s``: seconds a workflow timer or task step may be
+    #: overdue before the Beat scan re-publishes it.
+    workflow_recovery_grace_s: float = DEFAULT_WORKFLOW_RECOVERY_GRACE_S
 
 
 _FIELDS = {f"{_PREFIX}{name}" for name in XsmSettings.__dataclass_fields__}

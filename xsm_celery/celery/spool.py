@@ -22,7 +22,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ __all__ = [
     "TOMBSTONE_KEEP_S",
     "DeadLetterSpool",
     "dead_letter_id",
+    "run_id",
 ]
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,17 @@ def dead_letter_id(task_id: str, attempts: int | None) -> str:
     sends a new task id, so it gets a record of its own.
     """
     return uuid.uuid5(_NAMESPACE, f"{task_id}:{attempts}").hex
+
+
+def run_id(task_id: str, workflow: Mapping[str, str] | None) -> str:
+    """What a dead letter's id is made of: the task id, and the record a replay re-sent.
+
+    A replayed task step keeps its task id (the instance waits for it), so without the
+    replayed record's id its next give-up would find the old, resolved record and write
+    none.
+    """
+    replay = (workflow or {}).get("replay")
+    return f"{task_id}:replay:{replay}" if replay else task_id
 
 
 class DeadLetterSpool:

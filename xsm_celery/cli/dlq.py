@@ -174,6 +174,9 @@ def _report_replay(report: ReplayReport, *, dry_run: bool, as_json: bool) -> Non
         _echo_json(report.data)
     else:
         click.echo(f"{record_id}: {outcome}")
+        if report.data.get("workflow"):
+            click.echo(f"{record_id}: workflow {report.data['workflow']}, "
+                       f"key {report.data.get('key') or '?'}")
         if dry_run:
             click.echo("dry run: nothing was sent or changed; replay for real with "
                        "--no-dry-run --yes --reason ...")

@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from xsm_celery.patterns.dead_letter import DeadLetter
+from xsm_celery.patterns.dead_letter_workflow import workflow_of_record
 
 __all__ = [
     "audit_table",
@@ -58,20 +59,28 @@ def _last_error(record: DeadLetter) -> str:
 
 
 def dead_letters_table(records: Sequence[DeadLetter], *, title: str | None = None) -> Table:
-    """One row per record: id, reason, what failed, attempts, last error, times."""
+    """One row per record: id, reason, what failed, attempts, last error, times.
+
+    A "Workflow instance" column (``order[o-42]``) is added when a record belongs to one.
+    """
     table = Table(title=title, box=box.SIMPLE_HEAD, header_style="bold", expand=False)
     table.add_column("Id", no_wrap=True, style="cyan", min_width=36)
     table.add_column("Reason", no_wrap=True, min_width=13)
     table.add_column("Task / machine", overflow="fold", min_width=12)
+    owners = [workflow_of_record(record) for record in records]
+    with_owner = any(owners)
+    if with_owner:
+        table.add_column("Workflow instance", overflow="fold", min_width=10)
     table.add_column("Tries", justify="right", min_width=5)
     table.add_column("Last error", overflow="fold", min_width=16, max_width=60)
     table.add_column("Taken (UTC)", no_wrap=True, min_width=19)
     table.add_column("Resolved", no_wrap=True, min_width=8)
-    for record in records:
+    for record, owner in zip(records, owners, strict=True):
         table.add_row(
             record.id,
             record.reason,
             _subject(record),
+            *([Text(str(owner or ""))] if with_owner else []),
             "" if record.attempts is None else str(record.attempts),
             _last_error(record),
             when(record.taken_at),
@@ -126,6 +135,10 @@ def _fields(record: DeadLetter) -> Table:
         ("task id", record.task_id), ("hostname", record.hostname), ("topic", record.topic),
         ("chart hash", record.machine_hash), ("chart version", record.machine_version),
     ]
+    owner = workflow_of_record(record)
+    if owner is not None:
+        rows[4:4] = [("workflow", owner.workflow), ("workflow key", owner.key),
+                     ("workflow part", owner.part.value)]  # fmt: skip
     for label, value in rows:
         if value not in (None, ""):
             table.add_row(label, Text(str(value)))

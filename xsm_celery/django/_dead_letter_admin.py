@@ -33,6 +33,7 @@ from xsm_celery.django.diagram import render_chart_svg
 from xsm_celery.django.models import AuditEntry, DeadLetterRecord
 from xsm_celery.django.operations import DeadLetterOperations
 from xsm_celery.patterns.dead_letter import DeadLetterReason
+from xsm_celery.patterns.dead_letter_workflow import workflow_of_record
 
 __all__ = ["DeadLetterRecordAdmin", "ReasonFilter", "ResolvedFilter"]
 
@@ -90,19 +91,20 @@ class ResolvedFilter(admin.SimpleListFilter):
 class DeadLetterRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """Triage of dead letters (see the module docstring for permissions)."""
 
-    list_display = ("short_id", "task_or_machine", "reason_label", "attempts",
-                    "last_error_short", "age", "resolved")
+    list_display = ("short_id", "task_or_machine", "workflow_instance", "reason_label",
+                    "attempts", "last_error_short", "age", "resolved")
     list_display_links = ("short_id",)
     list_filter = (ReasonFilter, "task_name", "machine_id", ResolvedFilter, "taken_on")
     search_fields = ("id", "task_id", "subject", "error_text")
     date_hierarchy = "taken_on"
     list_per_page = 50
     actions = ("replay_selected", "resolve_selected", "purge_selected")
+    readonly_fields = ("workflow_instance",)
     change_form_template = "admin/xsm_celery/deadletterrecord/change_form.html"
     fieldsets = (
         (None, {"fields": ("id", "reason", "machine_id", "state_id", "attempts", "taken_on",
                            "resolved_on")}),
-        (_("Task"), {"fields": ("task_name", "task_id", "hostname")}),
+        (_("Task"), {"fields": ("task_name", "task_id", "workflow_instance", "hostname")}),
         (_("Envelope"), {"fields": ("topic", "subject"), "classes": ("collapse",)}),
         (_("Chart"), {"fields": ("machine_hash", "machine_version")}),
     )
@@ -155,6 +157,12 @@ class DeadLetterRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.display(description=_("task / machine"), ordering="task_name")
     def task_or_machine(self, obj: DeadLetterRecord) -> str:
         return obj.task_name or obj.machine_id
+
+    @admin.display(description=_("workflow instance"), empty_value="")
+    def workflow_instance(self, obj: DeadLetterRecord) -> str:
+        """``order[o-42] (task step)``: the workflow instance the record belongs to, if any."""
+        owner = workflow_of_record(row_to_record(obj))
+        return "" if owner is None else f"{owner} ({owner.part.value})"
 
     @admin.display(description=_("last error"), ordering="last_error")
     def last_error_short(self, obj: DeadLetterRecord) -> str:

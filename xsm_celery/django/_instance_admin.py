@@ -5,7 +5,8 @@ page reads the instance's snapshot for the chart diagram (active states marked),
 redacted public context, pending timers and the task steps it waits for, and shows its outbox
 rows, recent transitions and operator audit. "Send event" lets an operator unstick an
 instance: the event is chosen from those the current state accepts, a dry run shows the
-transitions it would take, and the real send needs a reason and is audited.
+transitions it would take, and the real send needs a reason and is audited. A send that the
+inbox answers as a duplicate (the same form submitted twice) is audited as such, not as a send.
 """
 
 from __future__ import annotations
@@ -23,27 +24,41 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
 from xsm_celery.django.diagram import render_chart_svg
-from xsm_celery.django.forms import ReasonForm
+from xsm_celery.django.forms import PayloadField, ReasonForm
 from xsm_celery.django.workflow_models import WorkflowInstance, WorkflowTransition
+from xsm_celery.ids import new_id
 
-__all__ = ["SEND_EVENT_ACTION", "SendEventForm", "WorkflowInstanceAdmin"]
+__all__ = ["SEND_EVENT_ACTION", "SEND_EVENT_DUPLICATE", "SendEventForm", "WorkflowInstanceAdmin"]
 
 #: The audit action of an event an operator sent (``send_event_dry_run`` for dry runs).
 SEND_EVENT_ACTION = "send_event"
+
+#: The audit action of a send the inbox answered as already applied: nothing changed.
+SEND_EVENT_DUPLICATE = "send_event_duplicate"
 
 _TEMPLATES = "admin/xsm_celery/workflowinstance"
 
 
 class SendEventForm(ReasonForm):
-    """The event (one the current state accepts), an optional JSON payload, and why."""
+    """The event (one the current state accepts), an optional JSON payload, and why.
+
+    Every key of the payload is the event's data, ``event_id`` included: a Django user reads
+    a JSON field as the document it stores, and the chart's actions see exactly that object.
+    The id the inbox deduplicates on is the form's own hidden ``send_id``, drawn at the dry
+    run; taking it from the payload would let a typed key decide whether the step runs at
+    all (an id already applied sends nothing). The same ``send_id`` submitted twice (a
+    double click racing past the version check) is one step.
+    """
 
     event = forms.ChoiceField(label=_("Event"), help_text=_("Events the current state accepts."))
-    payload = forms.JSONField(
+    payload = PayloadField(
         label=_("Payload"), required=False, initial=dict,
         widget=forms.Textarea(attrs={"rows": 3, "cols": 70}),
-        help_text=_('A JSON object, for example {"total": 99}; empty for none.'),
+        help_text=_('A JSON object, for example {"total": 99}; empty for none. Every key, '
+                    '"event_id" too, is data the event carries.'),
     )  # fmt: skip
     version = forms.IntegerField(widget=forms.HiddenInput, required=False, label="")
+    send_id = forms.CharField(widget=forms.HiddenInput, required=False, label="")
 
     def __init__(self, *args: Any, events: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -55,6 +70,26 @@ class SendEventForm(ReasonForm):
             return {}
         if not isinstance(value, dict):
             raise forms.ValidationError(_("The payload must be a JSON object."))
+        from xsm_celery.celery.workflow.checks import check_json
+        from xsm_celery.errors import InvalidEventError
+
+        try:
+            check_json(value, "payload")
+        except InvalidEventError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        return value
+
+    def clean_send_id(self) -> str:
+        """The dry run's id for this send; refused when it is not one the inbox can keep."""
+        from xsm_celery.celery.workflow.checks import check_event_id
+        from xsm_celery.errors import InvalidEventError
+
+        value = str(self.cleaned_data.get("send_id") or "")
+        if value:
+            try:
+                check_event_id(value)
+            except InvalidEventError as exc:
+                raise forms.ValidationError(str(exc)) from exc
         return value
 
 
@@ -155,14 +190,16 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             event = form.cleaned_data["event"]
             payload = form.cleaned_data["payload"]
             stale = form.cleaned_data.get("version") != view.version
+            send_id = form.cleaned_data["send_id"] or new_id()
             if "confirm" in request.POST and not stale:
                 return self._send(request, row, flow, event=event, payload=payload,
-                                  reason=form.cleaned_data["reason"])  # fmt: skip
+                                  reason=form.cleaned_data["reason"], send_id=send_id)  # fmt: skip
             plan = dry_run(flow, view, event)
             self._audit(request, row, f"{SEND_EVENT_ACTION}_dry_run", form.cleaned_data["reason"],
                         f"would send {event}: " + "; ".join(plan))  # fmt: skip
             form = SendEventForm(
-                {**request.POST.dict(), "version": view.version}, events=events
+                {**request.POST.dict(), "version": view.version, "send_id": send_id},
+                events=events,
             )
             form.is_valid()
             if stale:
@@ -175,16 +212,28 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return TemplateResponse(request, f"{_TEMPLATES}/send_event.html", context)
 
     def _send(self, request: HttpRequest, row: WorkflowInstance, flow: Any, *, event: str,
-              payload: dict[str, Any], reason: str) -> HttpResponse:  # fmt: skip
+              payload: dict[str, Any], reason: str, send_id: str) -> HttpResponse:  # fmt: skip
+        """Run the step in this process; the payload travels whole as the event's data."""
+        from xsm_celery.celery.workflow.step import Message
+
+        message = Message(send_id, "event", type=event, payload=dict(payload))
         try:
-            after = flow.send_now(row.key, event, **payload)
+            step = flow.step(row.key, message)
+            after = flow.get(row.key)
         except Exception as exc:
             outcome = f"failed: {type(exc).__name__}: {exc}"
             self._audit(request, row, SEND_EVENT_ACTION, reason, outcome)
             messages.error(request, _("Sending %(event)s failed: %(error)s")
                            % {"event": event, "error": exc})  # fmt: skip
             return HttpResponseRedirect(self._change_url(row))
-        outcome = f"sent {event}; now in {', '.join(sorted(after.state_ids))}"
+        states = ", ".join(sorted(after.state_ids)) if after is not None else "?"
+        if step.outcome == "duplicate":
+            outcome = (f"duplicate: {event} with id {send_id} was already applied (this form "
+                       f"was submitted before); nothing changed, still in {states}")  # fmt: skip
+            self._audit(request, row, SEND_EVENT_DUPLICATE, reason, outcome)
+            messages.warning(request, outcome)
+            return HttpResponseRedirect(self._change_url(row))
+        outcome = f"sent {event}; now in {states}"
         self._audit(request, row, SEND_EVENT_ACTION, reason, outcome)
         messages.success(request, outcome)
         return HttpResponseRedirect(self._change_url(row))

@@ -21,7 +21,7 @@ from django.db.models import F
 
 from xsm_celery.django._base import DjangoStoreBase
 from xsm_celery.django._dates import to_datetime
-from xsm_celery.django._errors import store_errors
+from xsm_celery.django._errors import is_missing_table, not_migrated, store_errors
 from xsm_celery.errors import ConfigurationError, ConflictError, LockTimeoutError
 from xsm_celery.persistence.memory import DEFAULT_MAX_SNAPSHOT_BYTES, check_key, check_snapshot
 from xsm_celery.persistence.protocols import StoredSnapshot
@@ -122,6 +122,7 @@ class DjangoSnapshotStore(DjangoStoreBase):
 
         Raises:
             LockTimeoutError: the lock was not acquired within ``timeout`` seconds.
+            StoreNotMigratedError: the table does not exist (``python manage.py migrate``).
         """
         check_key(key)
         with transaction.atomic(using=self.using):
@@ -142,6 +143,8 @@ class DjangoSnapshotStore(DjangoStoreBase):
                         _model().objects.using(self.using).select_for_update().filter(key=key)
                     )
         except OperationalError as exc:
+            if is_missing_table(exc):  # SQLite's write lock is an UPDATE of the table
+                raise not_migrated("lock", self.using, exc) from exc
             raise LockTimeoutError(
                 f"lock on {key!r} not acquired within {timeout} s ({exc}); another worker "
                 "holds it: retry later or raise timeout"

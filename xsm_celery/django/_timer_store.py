@@ -105,6 +105,15 @@ class DjangoTimerStore(DjangoStoreBase):
             deleted, _ = _model().objects.using(self.using).filter(id=timer_id).delete()
         return deleted > 0
 
+    def postpone(self, timer_id: str, due_at_wall: float) -> bool:
+        """Move one timer to ``due_at_wall`` and free its lease; return whether it exists."""
+        with store_errors("postpone", self.using):
+            changed = _model().objects.using(self.using).filter(id=timer_id).update(
+                due_at=float(due_at_wall), due=to_datetime(float(due_at_wall)),
+                claimed_by=None, claimed_until=None,
+            )  # fmt: skip
+        return changed > 0
+
     def delete_key(self, key: str) -> int:
         """Remove every timer of instance ``key``; return how many."""
         with store_errors("delete_key", self.using):

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.forms.fields import InvalidJSONInput
 from django.utils.translation import gettext_lazy as _
 
-__all__ = ["ReasonForm", "ReplayForm"]
+__all__ = ["PayloadField", "ReasonForm", "ReplayForm"]
 
 #: Shortest reason accepted; "ok" or "x" says nothing to the next person reading the trail.
 MIN_REASON = 3
@@ -45,3 +46,26 @@ class ReplayForm(ReasonForm):
             "Replay even though the chart changed since the dead letter was captured."
         ),
     )
+
+
+class PayloadField(forms.JSONField):
+    """A JSON field that answers a form error, never a server error, for any nesting depth.
+
+    ``json.loads`` recurses once per nested level, so a pasted document a few thousand
+    levels deep raises ``RecursionError`` inside Django's own ``JSONField`` (a 500 page).
+    Here it is "too deeply nested"; the form's ``clean_`` method applies the real bound.
+    """
+
+    def to_python(self, value: Any) -> Any:
+        try:
+            return super().to_python(value)
+        except RecursionError:
+            raise forms.ValidationError(
+                _("The JSON is nested too deeply; flatten it."), code="invalid"
+            ) from None
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        try:
+            return super().bound_data(data, initial)
+        except RecursionError:
+            return InvalidJSONInput(data)

@@ -64,6 +64,9 @@ class DeadLetterPlugin(PluginBase):
         attempt_key: The context key of the attempt counter, copied to ``attempts``.
         max_errors: Chain entries kept, newest first to go when over.
         redact_keys: Key denylist for redaction (the engine's default list by default).
+        report: Emit ``DEAD_LETTER_WRITTEN`` once the sink took the record; False when the
+            sink only buffers it and whoever stores it reports it (a workflow step, which
+            stores its dead letters after its commit).
 
     A sink that raises is logged at ERROR with the record id and re-raised, so the
     engine's ``on_plugin_error`` sees it; the machine itself carries on.
@@ -78,6 +81,7 @@ class DeadLetterPlugin(PluginBase):
         attempt_key: str = "attempt",
         max_errors: int = DEFAULT_MAX_ERRORS,
         redact_keys: Iterable[str] = DEFAULT_REDACT_KEYS,
+        report: bool = True,
     ) -> None:
         positive_int("max_errors", max_errors)
         if isinstance(state_ids, str):
@@ -91,6 +95,7 @@ class DeadLetterPlugin(PluginBase):
         self.attempt_key = attempt_key
         self.max_errors = max_errors
         self.redact_keys = tuple(redact_keys)
+        self.report = bool(report)
         self._lock = threading.Lock()
         self._entered: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary()
 
@@ -197,8 +202,9 @@ class DeadLetterPlugin(PluginBase):
     def _emit(self, record: DeadLetter) -> None:
         try:
             self._put(record)
-            emit(FactKind.DEAD_LETTER_WRITTEN, source="plugin", reason=record.reason,
-                 machine=record.machine_id, stored=True)  # fmt: skip
+            if self.report:
+                emit(FactKind.DEAD_LETTER_WRITTEN, source="plugin", reason=record.reason,
+                     machine=record.machine_id, stored=True)  # fmt: skip
         except Exception:
             logger.error(
                 "dead-letter sink %r failed; record %s (%s @ %s) was not stored",

@@ -250,6 +250,13 @@ class TimerStore(Protocol):
     def delete_key(self, key: str) -> int:
         """Remove every timer of instance ``key``; return how many."""
 
+    def postpone(self, timer_id: str, due_at_wall: float) -> bool:
+        """Move one timer to ``due_at_wall`` and free its lease; return whether it exists.
+
+        A workflow's Beat scan re-publishes an overdue row and postpones it, keeping it until
+        the step that applies its message deletes it.
+        """
+
 
 class LockStrategy(Protocol):
     """How ``persisted()`` keeps concurrent writers of one instance from losing updates.

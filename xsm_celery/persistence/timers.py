@@ -122,6 +122,16 @@ class MemoryTimerStore:
             self._leases.pop(timer_id, None)
             return self._rows.pop(timer_id, None) is not None
 
+    def postpone(self, timer_id: str, due_at_wall: float) -> bool:
+        """Move one timer to ``due_at_wall`` and free its lease; return whether it exists."""
+        with self._lock:
+            timer = self._rows.get(timer_id)
+            if timer is None:
+                return False
+            self._rows[timer_id] = timer._replace(due_at=float(due_at_wall))
+            self._leases.pop(timer_id, None)
+        return True
+
     def delete_key(self, key: str) -> int:
         """Remove every timer of ``key``."""
         with self._lock:

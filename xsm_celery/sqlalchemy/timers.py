@@ -220,6 +220,16 @@ class SQLAlchemyTimerStore:
         with _guard(self.engine, "delete"), self._writing() as conn:
             return bool(conn.execute(_timers.delete().where(_timers.c.id == timer_id)).rowcount)
 
+    def postpone(self, timer_id: str, due_at_wall: float) -> bool:
+        """Move one timer to ``due_at_wall`` and free its lease; return whether it exists."""
+        query = (
+            _timers.update()
+            .where(_timers.c.id == timer_id)
+            .values(due_at=_finite("due_at_wall", due_at_wall), owner=None, lease_until=None)
+        )
+        with _guard(self.engine, "postpone"), self._writing() as conn:
+            return bool(conn.execute(query).rowcount)
+
     def delete_key(self, key: str) -> int:
         """Remove every timer of ``key``; return how many."""
         with _guard(self.engine, "delete_key"), self._writing() as conn:

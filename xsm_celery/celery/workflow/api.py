@@ -20,7 +20,6 @@ and its result comes back as ``done.invoke.<id>``. See ``docs/workflows.md``.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -29,21 +28,26 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from kombu.utils.uuid import uuid
-
-from xsm_celery.celery.execute import WORKFLOW_HEADER
 from xsm_celery.celery.settings import DEFAULT_STORE_URL, read_settings, register_keys
 from xsm_celery.celery.timers import register_timer_source
+from xsm_celery.celery.workflow import payloads
+from xsm_celery.celery.workflow.checks import (
+    check_event_id,
+    check_instance_key,
+    check_workflow_name,
+    step_function_name,
+)
+from xsm_celery.celery.workflow.checks import check_json as _check_json
+from xsm_celery.celery.workflow.recovery import recover_overdue
 from xsm_celery.celery.workflow.step import Dispatch, Message, StepOutcome, run_step
 from xsm_celery.celery.workflow.stores import StoresOnce, WorkflowStores
-from xsm_celery.celery.workflow.task import run_step_task
+from xsm_celery.celery.workflow.task import run_step_task, workflow_dead_letter
 from xsm_celery.celery.workflow.view import WorkflowView, view_of
 from xsm_celery.engine import Machine, is_engine_event_type
 from xsm_celery.engine.events import to_event
 from xsm_celery.errors import ConfigurationError, InvalidEventError
 from xsm_celery.ids import new_id
 from xsm_celery.patterns import RetryPolicy
-from xsm_celery.persistence.memory import check_key
 
 __all__ = [
     "DEFAULT_INBOX_TTL_S",
@@ -147,12 +151,7 @@ class Workflow:
             )
         self.app = app
         self.machine = machine
-        self.name = str(name or machine.id)
-        if not self.name or any(c in self.name for c in ": \t\n"):
-            raise ConfigurationError(
-                f"workflow name {self.name!r} must be non-empty without spaces or ':'; "
-                "pass name='orders'"
-            )
+        self.name = check_workflow_name(machine.id if name is None else name)
         if retry_policy is not None and not isinstance(retry_policy, RetryPolicy):
             raise ConfigurationError(
                 f"retry_policy must be a RetryPolicy, got {type(retry_policy).__name__}"
@@ -177,7 +176,8 @@ class Workflow:
                     "two workflows of one chart apart"
                 )
             table[self.name] = self
-        register_timer_source(app, f"workflow:{self.name}", lambda: self.stores().timers)
+        register_timer_source(app, f"workflow:{self.name}", lambda: self.stores().timers,
+                              fire=partial(recover_overdue, self))  # fmt: skip
 
     def __repr__(self) -> str:
         return f"Workflow({self.name!r}, task={self.task.name!r})"
@@ -188,8 +188,16 @@ class Workflow:
         def step(task: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
             return run_step_task(workflow, task, args, kwargs)
 
-        step.__name__ = f"workflow_{self.name}"
+        step.__name__ = step_function_name(self.name)
         step.__doc__ = f"Run one step of workflow {self.name!r} (xsm_celery)."
+        if options.get("max_retries") is not None:
+            raise ConfigurationError(
+                f"workflow {self.name!r}: task_options max_retries={options['max_retries']!r} "
+                "is not used; failing steps follow retry_policy=RetryPolicy(max_attempts=...) "
+                "and outages xsm_workflow_outage_max_s"
+            )
+        # Celery's default cap (3) must never end a step: the policy and the outage bound do.
+        options["max_retries"] = None
         options.setdefault("acks_late", True)
         options.setdefault("reject_on_worker_lost", True)
         if self.queue:
@@ -215,8 +223,7 @@ class Workflow:
 
     def store_key(self, key: str) -> str:
         """The store key of instance ``key`` (``<workflow>:<key>``)."""
-        check_key(key)
-        return f"{self.name}:{key}"
+        return check_instance_key(self.name, key)
 
     def user_key(self, store_key: str) -> str:
         """The business key of a store key."""
@@ -319,8 +326,8 @@ class Workflow:
                 "and timers arrive on their own - send a domain event instead"
             )
         _check_json(made.payload, f"payload of {made.type!r}")
-        if event_id is not None and (not isinstance(event_id, str) or not event_id):
-            raise InvalidEventError(f"event_id must be a non-empty string, got {event_id!r}")
+        if event_id is not None:
+            check_event_id(event_id)
         return Message(event_id or new_id(), "event", type=made.type, payload=dict(made.payload))
 
     def _routing(self, queue: str | None = None) -> dict[str, Any]:
@@ -355,7 +362,7 @@ class Workflow:
         if self._plugins is None:
             from xsm_celery.patterns import DeadLetterPlugin
 
-            plugins: list[Any] = [DeadLetterPlugin(_buffer_dead_letter)]
+            plugins: list[Any] = [DeadLetterPlugin(_buffer_dead_letter, report=False)]
             outbox = self.stores().outbox
             if self.outbox_topic and outbox is not None:
                 from xsm_celery.eda.outbox import OutboxPlugin
@@ -366,38 +373,11 @@ class Workflow:
 
     def timer_payload(self, key: str, deadline: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         """The task id and send spec of the message that fires one ``after`` timer."""
-        task_id = uuid()
-        message = Message(
-            task_id,
-            "timer",
-            type=str(deadline.get("event_type")),
-            payload={"state_id": str(deadline.get("state_id"))},
-            due_at=float(deadline["due_at_wall"]),
-        )
-        return task_id, self._spec(self.task.name, [key, message.to_dict()], {}, {},
-                                   self._routing())  # fmt: skip
+        return payloads.timer_spec(self, key, deadline)
 
     def dispatch_payload(self, dispatch: Dispatch) -> dict[str, Any]:
         """The send spec of a task step, with the callbacks that bring its result back."""
-        key = dispatch.key
-        done = Message(f"done:{dispatch.task_id}", "done", invoke=dispatch.invoke_id,
-                       dispatch=dispatch.task_id)  # fmt: skip
-        link = self.task.signature((key, done.to_dict()), **self._routing())
-        from xsm_celery.celery.workflow.service import FAILED_TASK
-
-        errback = self.app.signature(
-            FAILED_TASK, args=(self.name, key, dispatch.invoke_id, dispatch.task_id, self.queue)
-        )
-        options = {**dispatch.options, "link": [dict(link)], "link_error": [dict(errback)]}
-        headers = {WORKFLOW_HEADER: {"workflow": self.name, "key": key}}
-        return self._spec(dispatch.task_name, dispatch.args, dispatch.kwargs, headers, options)
-
-    @staticmethod
-    def _spec(task: str, args: list[Any], kwargs: dict[str, Any], headers: dict[str, Any],
-              options: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
-        """The shape ``fire_due_timers`` publishes a timer row's payload with."""
-        return {"task": task, "args": args, "kwargs": kwargs, "headers": headers,
-                "retries": 0, "options": options}  # fmt: skip
+        return payloads.dispatch_spec(self, dispatch, sent_at=time.time())
 
     def send_dispatch(self, dispatch: Dispatch) -> None:
         """Send a task step (after its step committed)."""
@@ -406,32 +386,18 @@ class Workflow:
     def send_payload(self, task_id: str, payload: dict[str, Any], *, countdown: float | None = None
                      ) -> None:  # fmt: skip
         """Publish a send spec as ``fire_due_timers`` would, optionally after ``countdown``."""
-        options = dict(payload.get("options") or {})
-        if countdown:
-            options["countdown"] = countdown
-        name = str(payload["task"])
-        local = self.app.tasks.get(name)
-        send = local.apply_async if local is not None else partial(self.app.send_task, name)
-        send(
-            args=payload.get("args") or [],
-            kwargs=payload.get("kwargs") or {},
-            task_id=task_id,
-            headers=payload.get("headers") or {},
-            **options,
-        )
+        payloads.send_spec(self.app, task_id, payload, countdown=countdown)
 
     def write_dead_letter(self, key: str, record: Any) -> None:
-        """Store the dead letter of a dead-letter state the instance entered (after commit)."""
+        """Store the dead letter of a dead-letter state the instance entered (after commit).
+
+        It goes through the spool like a step's dead letter (a store outage keeps it on local
+        disk) and is reported as every dead letter is.
+        """
         from dataclasses import replace
 
-        from xsm_celery.celery.stores import stores_for
-
         named = replace(record, topic=f"workflow:{self.name}:{key}")
-        try:
-            stores_for(self.app).dead_letters().put(named)
-        except Exception:
-            logger.exception("dead-letter store failed; workflow %s[%s] record kept only in "
-                             "this log: %s", self.name, key, named.to_json())  # fmt: skip
+        workflow_dead_letter(self, named, key=key)
 
     def asyncapi(self, server: dict[str, Any] | None = None, **options: Any) -> dict[str, Any]:
         """The AsyncAPI 3.0.0 document of this workflow: its events arrive on its Celery queue.
@@ -466,16 +432,6 @@ def _buffer_dead_letter(record: Any) -> None:
         logger.error("dead letter outside a workflow step, not stored: %s", record.to_json())
         return
     step.dead_letters.append(record)
-
-
-def _check_json(value: Any, what: str) -> None:
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidEventError(
-            f"the {what} cannot travel in a JSON task message: {exc}; send str, numbers, bool, "
-            "None, lists and dicts with str keys"
-        ) from exc
 
 
 def workflow_decorator(xsm_app: Any, options: dict[str, Any]) -> Callable[[Callable[[], Machine]],

@@ -4,11 +4,17 @@ The step task acknowledges late and is requeued when its worker is lost, so a st
 commits before the worker dies is answered from the inbox and one that did not is run
 again. A step that kills its worker every time (a native crash, the OOM killer, a hard time
 limit) would then come back for ever. So every run marks "run n of this task id started"
-in the app's attempt markers (``xsm_attempt_markers``, as chart tasks do) before the step;
-a redelivered message whose marker is ahead of what its arguments know of was lost that
-many times. A lost run that had committed is not counted (the inbox has its receipt);
-the others are recorded as ``WorkerLost`` (or ``TimeLimitKilled``) and retried by the
-workflow's policy, then dead-lettered with reason ``worker_lost`` or ``time_limit``.
+in the app's attempt markers (``xsm_attempt_markers``, as chart tasks do) before the step,
+and every run that ends in a retry or a deferral marks "runs up to n are accounted for"
+under the same task id with ``ENDED_SUFFIX``. A redelivered message whose started marker
+is ahead of its ended marker was lost that many times. A lost run that had committed is not
+counted (the inbox has its receipt); the others are recorded in the step's ledger as
+``WorkerLost`` (or ``TimeLimitKilled``) and retried by the workflow's policy, then
+dead-lettered with reason ``worker_lost`` or ``time_limit``.
+
+Nothing of this is read from the message: its keyword arguments are ignored, so a forged
+counter changes nothing. A message that is neither a retry nor a redelivery is a first run
+(run 1), which costs one marker write and no read.
 
 A marker store that cannot be read or written is logged and the run goes ahead uncounted:
 an outage of the markers never stops a workflow.
@@ -18,24 +24,18 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from xsm_celery.celery.stores import stores_for
 from xsm_celery.celery.time_limits import lost_attempt_error
 from xsm_celery.errors import WorkerLost
 
-if TYPE_CHECKING:
-    from xsm_celery.celery.workflow.api import Workflow
-    from xsm_celery.celery.workflow.step import Message
-
-__all__ = ["LOST_KWARG", "RUNS_KWARG", "LostRuns", "count_lost_runs", "mark_run"]
+__all__ = ["ENDED_SUFFIX", "LostRuns", "count_lost_runs", "mark_ended", "mark_run"]
 
 logger = logging.getLogger("xsm_celery.workflow")
 
-#: The step task's keyword arguments carried across its retries: the runs found lost so
-#: far, and the runs of any kind (failed, lost, deferred by an outage) started so far.
-LOST_KWARG = "lost"
-RUNS_KWARG = "runs"
+#: Marker suffix of "runs up to n of this task id ended in a retry, a deferral or a loss".
+ENDED_SUFFIX = ":ended"
 
 
 @dataclass(frozen=True)
@@ -43,62 +43,65 @@ class LostRuns:
     """What the markers say of this delivery.
 
     Attributes:
-        total: Runs of this task id lost so far, this delivery's findings included.
         runs: Runs of this task id started before this one, lost ones included.
         new: The lost runs found by this delivery, one error each (oldest first).
     """
 
-    total: int
     runs: int
     new: tuple[WorkerLost, ...] = ()
 
 
-def count_lost_runs(
-    workflow: Workflow, task: Any, key: str, message: Message, kwargs: dict[str, Any]
-) -> LostRuns:
-    """The lost runs of this step task, reading the marker only for a redelivered message."""
-    counted = int(kwargs.get(LOST_KWARG) or 0)
-    runs = int(kwargs.get(RUNS_KWARG) or 0)
+def _first_run(request: Any) -> bool:
+    """A message that is neither a Celery retry nor a broker redelivery."""
+    redelivered = (getattr(request, "delivery_info", None) or {}).get("redelivered")
+    return not redelivered and not int(getattr(request, "retries", 0) or 0)
+
+
+def count_lost_runs(app: Any, task: Any, committed: Any) -> LostRuns:
+    """The lost runs of this step task; ``committed()`` tells whether its step committed.
+
+    A first run reads nothing. A retry reads how many runs are accounted for; a redelivery
+    also reads how many started, and the difference is what was lost.
+    """
     request = task.request
-    if not (getattr(request, "delivery_info", None) or {}).get("redelivered"):
-        return LostRuns(counted, runs)
+    if _first_run(request):
+        return LostRuns(0)
     task_id = str(request.id)
     try:
-        markers = stores_for(workflow.app).markers()
-        started = markers.started(task_id)
+        markers = stores_for(app).markers()
+        ended = int(markers.started(task_id + ENDED_SUFFIX) or 0)
+        redelivered = (getattr(request, "delivery_info", None) or {}).get("redelivered")
+        started = int(markers.started(task_id) or 0) if redelivered else ended
     except Exception:
-        logger.warning("workflow %s[%s]: could not read the attempt marker of %s; the "
-                       "redelivered step runs uncounted", workflow.name, key, task_id,
-                       exc_info=True)  # fmt: skip
-        return LostRuns(counted, runs)
-    missing = 0 if started is None else int(started) - runs
+        logger.warning("could not read the attempt markers of workflow step %s; the run goes "
+                       "ahead uncounted", task_id, exc_info=True)  # fmt: skip
+        return LostRuns(0)
+    missing = started - ended
     if missing <= 0:
-        return LostRuns(counted, runs)
-    if _committed(workflow, key, message):
-        return LostRuns(counted, runs + missing)
+        return LostRuns(ended)
+    if committed():
+        return LostRuns(started)
     errors = tuple(
-        lost_attempt_error(markers, str(task.name), task_id, runs + 1 + i) for i in range(missing)
+        lost_attempt_error(markers, str(task.name), task_id, ended + 1 + i) for i in range(missing)
     )
-    return LostRuns(counted + missing, runs + missing, errors)
+    return LostRuns(started, errors)
 
 
-def mark_run(workflow: Workflow, task: Any, lost: LostRuns) -> int:
+def mark_run(app: Any, task: Any, lost: LostRuns) -> int:
     """Record that the next run of this task id starts now; return its number."""
     run = lost.runs + 1
-    try:
-        stores_for(workflow.app).markers().mark(str(task.request.id), run)
-    except Exception:
-        logger.warning("workflow %s: could not write the attempt marker of %s; a worker lost "
-                       "during this step is not counted", workflow.name, task.request.id,
-                       exc_info=True)  # fmt: skip
+    _mark(app, str(task.request.id), run)
     return run
 
 
-def _committed(workflow: Workflow, key: str, message: Message) -> bool:
-    """Whether the inbox holds this message's receipt: the lost run had committed."""
+def mark_ended(app: Any, task: Any, run: int) -> None:
+    """Record that runs up to ``run`` ended without committing and were accounted for."""
+    _mark(app, str(task.request.id) + ENDED_SUFFIX, run)
+
+
+def _mark(app: Any, key: str, value: int) -> None:
     try:
-        entry = workflow.stores().inbox.get(workflow.store_key(key), message.id)
+        stores_for(app).markers().mark(key, value)
     except Exception:
-        return False
-    # An entry without a receipt is a delivery in flight (or one that died holding it).
-    return entry is not None and entry.receipt is not None
+        logger.warning("could not write the attempt marker %s; a worker lost during this "
+                       "step is not counted", key, exc_info=True)  # fmt: skip

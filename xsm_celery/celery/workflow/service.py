@@ -30,17 +30,19 @@ from typing import Any
 from celery import current_app, shared_task
 from kombu.utils.uuid import uuid
 
-from xsm_celery.celery.workflow.step import INVOCATIONS_KEY, Dispatch, Message, current_step
+from xsm_celery.celery.workflow.messages import DEFAULT_TASK_STEP_TIMEOUT_S, Dispatch
+from xsm_celery.celery.workflow.payloads import FAILED_TASK, completion
+from xsm_celery.celery.workflow.step import INVOCATIONS_KEY, current_step
 from xsm_celery.engine import CallbackLogic, Event, from_callback
 from xsm_celery.errors import ConfigurationError, WorkflowStepError
 from xsm_celery.patterns.error_chain import truncate_message
 
-__all__ = ["FAILED_TASK", "celery_service", "workflow_failed"]
+__all__ = ["FAILED_TASK", "MAX_TASK_STEP_TIMEOUT_S", "celery_service", "workflow_failed"]
 
 logger = logging.getLogger("xsm_celery.workflow")
 
-#: Name of the errback that turns a task step's failure into ``error.platform.<id>``.
-FAILED_TASK = "xsm_celery.workflow_failed"
+#: Longest ``timeout_s``: a week, past which a lost task step would go unnoticed too long.
+MAX_TASK_STEP_TIMEOUT_S = 7 * 86_400.0
 
 ArgsFn = Callable[[Any, Event], Sequence[Any]]
 KwargsFn = Callable[[Any, Event], Mapping[str, Any]]
@@ -52,6 +54,7 @@ def celery_service(
     args: ArgsFn | None = None,
     kwargs: KwargsFn | None = None,
     queue: str | None = None,
+    timeout_s: float = DEFAULT_TASK_STEP_TIMEOUT_S,
     **options: Any,
 ) -> CallbackLogic:
     """Make the Celery task ``task`` (a task object or its name) an ``invoke`` src.
@@ -61,11 +64,15 @@ def celery_service(
         args: ``(ctx, event) -> positional arguments`` of the task; none by default.
         kwargs: ``(ctx, event) -> keyword arguments``; none by default.
         queue: The queue to send it to (Celery's routing otherwise).
+        timeout_s: Seconds without a completion after which the Beat scan looks for the
+            task (default ten minutes): it applies a result the result backend holds, leaves
+            a task the backend sees running, and otherwise sends the task again with the
+            same id. Set it above the task's longest run, retries included.
         options: More ``apply_async`` options (``priority``, ``expires``...).
 
     Raises:
-        ConfigurationError: ``task`` is neither a task nor a name, or ``args`` / ``kwargs``
-            are not callables.
+        ConfigurationError: ``task`` is neither a task nor a name, ``args`` / ``kwargs``
+            are not callables, or ``timeout_s`` is not a positive number of seconds.
     """
     name = task if isinstance(task, str) else getattr(task, "name", None)
     if not isinstance(name, str) or not name:
@@ -78,6 +85,12 @@ def celery_service(
             raise ConfigurationError(
                 f"celery_service({name}) {label}= must be a callable of (ctx, event), got {fn!r}"
             )
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) \
+            or not 1.0 <= timeout_s <= MAX_TASK_STEP_TIMEOUT_S:  # fmt: skip
+        raise ConfigurationError(
+            f"celery_service({name}) timeout_s must be seconds from 1 to "
+            f"{MAX_TASK_STEP_TIMEOUT_S:g}, got {timeout_s!r}"
+        )
     routing = {**options, **({"queue": queue} if queue else {})}
     for reserved in ("task_id", "link", "link_error", "headers"):
         if reserved in routing:
@@ -97,9 +110,9 @@ def celery_service(
         call_kwargs = dict(kwargs(ctx, event)) if kwargs is not None else {}
         task_id = uuid()
         ctx.setdefault(INVOCATIONS_KEY, {})[invoke_id] = task_id
-        step.dispatches.append(
-            Dispatch(invoke_id, name, call_args, call_kwargs, task_id, dict(routing), step.key)
-        )
+        dispatch = Dispatch(invoke_id, name, call_args, call_kwargs, task_id, dict(routing),
+                            step.key, timeout_s=float(timeout_s))  # fmt: skip
+        step.dispatches.append(dispatch)
 
     return from_callback(setup)
 
@@ -127,13 +140,12 @@ def workflow_failed(*args: Any) -> None:
         logger.error("workflow_failed called with unexpected arguments %r; ignored", args)
         return
     name, key, invoke_id, task_id, queue = ours
-    message = Message(f"error:{task_id}", "error", invoke=str(invoke_id), dispatch=str(task_id),
-                      data=info)  # fmt: skip
+    message = completion("error", str(key), str(invoke_id), str(task_id), info)
     from xsm_celery.celery.workflow.api import WORKFLOW_TASK_PREFIX
 
     current_app.send_task(
         f"{WORKFLOW_TASK_PREFIX}{name}",
-        args=[key, message.to_dict()],
+        args=[key, message],
         **({"queue": queue} if queue else {}),
     )
 

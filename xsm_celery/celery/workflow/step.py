@@ -4,11 +4,13 @@ A step holds the instance's lock inside its store's transaction (``workflow_sess
 instance row's lock on SQLAlchemy's PostgreSQL, SQLite's write lock, an advisory lock in a
 Django ``atomic`` block) for load, act and save, so two messages for one key never
 interleave. Inside that transaction it writes, or rolls back together: the snapshot, the
-inbox receipt of the message's id, the rows of timers the step armed, the back-stop rows of
-the Celery tasks it dispatches, the chart's outbox rows, the transition log and (Django) the
-instance summary. Only after the commit are tasks dispatched, countdown timers published and
-left invocations revoked; each published message then deletes its back-stop row, and a row
-whose publish never happened (the worker died in between) is published by the Beat scan.
+inbox receipt of the message's id, a row per timer the step armed and per Celery task it
+dispatches (``payloads``), the deletion of the rows it settles (a timer that fired or was
+cancelled, a task step whose completion arrived or whose state was left), the chart's outbox
+rows, the transition log and (Django) the instance summary. Only after the commit are tasks
+dispatched, countdown timers published and left invocations revoked; a row stays until the
+step that applies its message deletes it, so a message that was never published or that the
+broker lost is re-published by the Beat scan (``recovery``).
 
 A message for an invocation that is no longer active, or for an unknown instance, is stale:
 nothing is saved, it is logged and counted (``STALE_COMPLETION``).
@@ -25,10 +27,16 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from xsm_celery.celery.secrets import mask_exception
+from xsm_celery.celery.stores import stores_for
+from xsm_celery.celery.workflow.messages import DEFAULT_TASK_STEP_TIMEOUT_S, Dispatch, Message
+from xsm_celery.celery.workflow.payloads import deadline_id, timer_task_id
 from xsm_celery.celery.workflow.session import StepSession, generic_session
-from xsm_celery.engine import EngineEvent, Event, PluginBase, Receipt
+from xsm_celery.engine import DEFAULT_REDACT_KEYS, EngineEvent, Event, PluginBase, Receipt
+from xsm_celery.engine.redact import mask_text, secret_values
 from xsm_celery.errors import WorkflowStepError
 from xsm_celery.hooks import FactKind, emit
+from xsm_celery.patterns.error_chain import ERRORS_CONTEXT_KEY, error_entry
 from xsm_celery.persistence.idempotency import receipt_to_json
 from xsm_celery.persistence.locks import OptimisticLock
 from xsm_celery.persistence.persisted import persisted
@@ -38,6 +46,7 @@ if TYPE_CHECKING:
     from xsm_celery.celery.workflow.api import Workflow
 
 __all__ = [
+    "DEFAULT_TASK_STEP_TIMEOUT_S",
     "INVOCATIONS_KEY",
     "Dispatch",
     "Message",
@@ -53,92 +62,14 @@ logger = logging.getLogger("xsm_celery.workflow")
 #: Private context key of the Celery tasks an instance's active invocations wait for.
 INVOCATIONS_KEY = "_xsm_invocations"
 
-#: Seconds after which a message that was committed but never published is sent by Beat.
-BACKSTOP_GRACE_S = 30.0
-
-_KINDS = ("event", "start", "timer", "done", "error")
-
 _current: contextvars.ContextVar[StepEffects | None] = contextvars.ContextVar(
     "xsm_workflow_step", default=None
 )
 
 
-@dataclass(frozen=True)
-class Message:
-    """What one step task carries: an id for the inbox, a kind, and the event or completion."""
-
-    id: str
-    kind: str
-    type: str = ""
-    payload: dict[str, Any] = field(default_factory=dict)
-    invoke: str = ""
-    dispatch: str = ""
-    data: Any = None
-    due_at: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form the task message carries."""
-        out: dict[str, Any] = {"id": self.id, "kind": self.kind}
-        for name in ("type", "invoke", "dispatch"):
-            if getattr(self, name):
-                out[name] = getattr(self, name)
-        if self.payload:
-            out["payload"] = dict(self.payload)
-        if self.data is not None:
-            out["data"] = self.data
-        if self.due_at is not None:
-            out["due_at"] = self.due_at
-        return out
-
-    @classmethod
-    def from_dict(cls, raw: Any) -> Message:
-        """Validate a message off the wire.
-
-        Raises:
-            WorkflowStepError: not a mapping, an unknown kind, a missing id or type.
-        """
-        if not isinstance(raw, dict):
-            raise WorkflowStepError(f"a workflow message is a JSON object, got {raw!r:.80}")
-        ident, kind = raw.get("id"), raw.get("kind")
-        if not isinstance(ident, str) or not ident or kind not in _KINDS:
-            raise WorkflowStepError(
-                f"workflow message needs a non-empty 'id' and a 'kind' in {_KINDS}: {raw!r:.200}"
-            )
-        payload = raw.get("payload") or {}
-        if not isinstance(payload, dict):
-            raise WorkflowStepError(f"workflow message payload must be an object: {payload!r:.80}")
-        if kind == "event" and not (isinstance(raw.get("type"), str) and raw["type"]):
-            raise WorkflowStepError(f"workflow event message has no 'type': {raw!r:.200}")
-        due = raw.get("due_at")
-        return cls(
-            id=ident,
-            kind=str(kind),
-            type=str(raw.get("type") or ""),
-            payload=dict(payload),
-            invoke=str(raw.get("invoke") or ""),
-            dispatch=str(raw.get("dispatch") or ""),
-            data=raw.get("data"),
-            due_at=float(due) if isinstance(due, int | float) else None,
-        )
-
-
-@dataclass
-class Dispatch:
-    """A Celery task a step asked for; sent only after the step commits."""
-
-    invoke_id: str
-    task_name: str
-    args: list[Any]
-    kwargs: dict[str, Any]
-    task_id: str
-    options: dict[str, Any]
-    key: str = ""
-    backstop: str | None = None
-
-
 @dataclass
 class TimerSend:
-    """A timer the step armed: its message, its delay, and its row (durable or back-stop)."""
+    """A timer the step armed: its message, its delay, and its row (kept until it fires)."""
 
     task_id: str
     payload: dict[str, Any]
@@ -158,14 +89,25 @@ class StepEffects:
     revokes: list[str] = field(default_factory=list)
     timers: list[TimerSend] = field(default_factory=list)
     dead_letters: list[Any] = field(default_factory=list)
+    #: Task ids whose rows this step settles: timers that fired or were cancelled, task
+    #: steps whose completion arrived or whose state was left.
+    settled: list[str] = field(default_factory=list)
 
-    def write_rows(self, timers: Any, now: float) -> None:
-        """Inside the transaction: a durable row per long timer, a back-stop row per message."""
+    def write_rows(self, timers: Any, now: float, grace_s: float) -> None:
+        """Inside the transaction: a row per timer and per task step, until it is applied.
+
+        A countdown timer's row is due ``grace_s`` after the timer, a long timer's at the
+        timer (no countdown carries it), a task step's ``timeout_s`` after its dispatch; the
+        Beat scan re-publishes whichever is still there then (``recovery``).
+        """
+        for task_id in self.settled:
+            timers.delete_key(task_id)
         for dispatch in self.dispatches:
             payload = self.workflow.dispatch_payload(dispatch)
-            dispatch.backstop = timers.schedule(dispatch.task_id, now + BACKSTOP_GRACE_S, payload)
+            due = now + dispatch.timeout_s
+            dispatch.backstop = timers.schedule(dispatch.task_id, due, payload)
         for timer in self.timers:
-            due = timer.due_at if timer.durable else timer.due_at + BACKSTOP_GRACE_S
+            due = timer.due_at if timer.durable else timer.due_at + grace_s
             timer.row = timers.schedule(timer.task_id, due, timer.payload)
 
 
@@ -295,7 +237,8 @@ def _locked_step(
                 raise _Stale("its timer is no longer pending")
             with _instance(workflow, store_key, message, recorder=recorder, receipt=receipt,
                            effects=effects, session=session) as interp:  # fmt: skip
-                _apply(workflow, key, message, interp, recorder=recorder, receipt=receipt)
+                _apply(workflow, key, message, interp, recorder=recorder, receipt=receipt,
+                       settled=effects.settled)  # fmt: skip
                 _reconcile(workflow, interp, effects)
                 _arm_timers(workflow, key, interp, before=before, effects=effects,
                             message=message)  # fmt: skip
@@ -318,7 +261,8 @@ def _instance(
     stores = workflow.stores()
 
     def write_rows(interp: Any) -> None:
-        effects.write_rows(stores.timers, time.time())
+        grace = stores_for(workflow.app).settings.workflow_recovery_grace_s
+        effects.write_rows(stores.timers, time.time(), grace)
         result = receipt[0] if receipt else Receipt(frozenset(interp.current_state_ids), False)
         summary = workflow.summary(store_key, interp) if stores.journal is not None else {}
         session.finish(receipt_to_json(result), summary, [
@@ -339,7 +283,7 @@ def _instance(
 
 def _apply(
     workflow: Workflow, key: str, message: Message, interp: Any, *, recorder: _Recorder,
-    receipt: list[Receipt],
+    receipt: list[Receipt], settled: list[str],
 ) -> None:  # fmt: skip
     """Deliver the message to the loaded instance; an action error aborts the step."""
     if message.kind == "event":
@@ -349,21 +293,38 @@ def _apply(
         else:
             receipt.append(interp.send(Event(message.type, dict(message.payload)), wait=True))
     elif message.kind in ("done", "error"):
-        _complete(interp, message)
+        _complete(interp, message, settled)
     if recorder.errors:
+        secrets = _secrets(workflow, message, interp)
+        for failed in recorder.errors:
+            mask_exception(failed, secrets)
         error = recorder.errors[0]
+        text = mask_text(str(error), secrets)
         raise WorkflowStepError(
             f"workflow {workflow.name}[{key}]: {type(error).__name__} in a step on "
-            f"{message.kind} {message.type or message.invoke!r}: {error}; nothing was saved"
+            f"{message.kind} {message.type or message.invoke!r}: {text}; nothing was saved"
         ) from error
 
 
-def _complete(interp: Any, message: Message) -> None:
+def _secrets(workflow: Workflow, message: Message, interp: Any) -> tuple[str, ...]:
+    """Values of the event payload and the context that redaction masks, for error texts.
+
+    An action's exception often copies its input into its message (``f"card {number}
+    declined"``); that text reaches the dead letter, the worker log and the result backend,
+    so it is masked as a chart task's is.
+    """
+    keys = DEFAULT_REDACT_KEYS + tuple(stores_for(workflow.app).settings.redact_keys)
+    context = {k: v for k, v in interp.context.items() if k != ERRORS_CONTEXT_KEY}
+    return tuple(secret_values({"payload": message.payload, "context": context}, keys))
+
+
+def _complete(interp: Any, message: Message, settled: list[str]) -> None:
     """Turn a Celery task's result into ``done.invoke.<id>`` / ``error.platform.<id>``."""
     waiting = interp.context.get(INVOCATIONS_KEY) or {}
     if interp.status != "running" or waiting.get(message.invoke) != message.dispatch:
         raise _Stale(f"invocation {message.invoke!r} task {message.dispatch} is not active")
     del waiting[message.invoke]
+    settled.append(message.dispatch)
     if message.kind == "done":
         event = EngineEvent(f"done.invoke.{message.invoke}", message.data, message.invoke)
     else:
@@ -375,6 +336,9 @@ def _complete(interp: Any, message: Message) -> None:
             error_type=str(info.get("type") or "Exception"),
             message=str(info.get("message") or ""),
         )
+        chain = interp.context.setdefault(ERRORS_CONTEXT_KEY, [])
+        if isinstance(chain, list):
+            chain.append(error_entry("service", message.invoke, error))
         event = EngineEvent(f"error.platform.{message.invoke}", error, message.invoke)
     interp.send_threadsafe(event)
     interp.tick()
@@ -396,7 +360,9 @@ def _reconcile(workflow: Workflow, interp: Any, effects: StepEffects) -> None:
     active = _active_invocations(workflow, interp) if interp.status == "running" else set()
     if isinstance(waiting, dict):
         for invoke_id in [i for i in waiting if i not in active]:
-            effects.revokes.append(str(waiting.pop(invoke_id)))
+            task_id = str(waiting.pop(invoke_id))
+            effects.revokes.append(task_id)
+            effects.settled.append(task_id)
         if not waiting:
             interp.context.pop(INVOCATIONS_KEY, None)
     current = interp.context.get(INVOCATIONS_KEY) or {}
@@ -415,12 +381,21 @@ def _arm_timers(
     A timer message that arrived before its due time (clock skew) re-arms its own timer.
     """
     if not interp.pending_timers():
-        return  # the usual step: no timer to arm, so no snapshot to build just to find none
+        # The usual step arms no timer: no snapshot is built just to find none.
+        effects.settled.extend(timer_task_id(workflow.name, key, d) for d in before)
+        return
     known = _ids(before)
     if message.kind == "timer":
         known.discard(_timer_id_of(message))
     now = time.time()
-    for deadline in deadlines_of(interp.snapshot()):
+    after = deadlines_of(interp.snapshot())
+    kept = {_timer_id(d) for d in after}
+    effects.settled.extend(
+        timer_task_id(workflow.name, key, d)
+        for d in before
+        if _timer_id(d) not in kept or _timer_id(d) not in known
+    )
+    for deadline in after:
         if _timer_id(deadline) in known:
             continue
         due = float(deadline["due_at_wall"])
@@ -431,12 +406,7 @@ def _arm_timers(
         emit(FactKind.TIMER_SCHEDULED, workflow=workflow.name, durable=durable)
 
 
-def _timer_id(deadline: dict[str, Any]) -> tuple[str, str, float]:
-    return (
-        str(deadline.get("state_id")),
-        str(deadline.get("event_type")),
-        round(float(deadline.get("due_at_wall") or 0.0), 3),
-    )
+_timer_id = deadline_id
 
 
 def _timer_id_of(message: Message) -> tuple[str, str, float]:
@@ -452,17 +422,14 @@ def _ids(deadlines: list[dict[str, Any]]) -> set[tuple[str, str, float]]:
 
 
 def _publish_effects(workflow: Workflow, effects: StepEffects) -> None:
-    """After the commit: dispatch tasks, publish countdowns, revoke; clear back-stop rows."""
-    stores = workflow.stores()
+    """After the commit: dispatch tasks, publish countdowns, revoke, store dead letters."""
     for dispatch in effects.dispatches:
         try:
             workflow.send_dispatch(dispatch)
         except Exception:
             logger.exception("workflow %s[%s]: dispatching %s failed; Beat sends it in %.0f s",
                              workflow.name, effects.key, dispatch.task_name,
-                             BACKSTOP_GRACE_S)  # fmt: skip
-            continue
-        _forget_row(stores, dispatch.backstop)
+                             dispatch.timeout_s)  # fmt: skip
     eager = bool(effects.timers) and bool(workflow.app.conf.task_always_eager)
     for timer in effects.timers:
         if timer.durable or eager:
@@ -472,27 +439,29 @@ def _publish_effects(workflow: Workflow, effects: StepEffects) -> None:
         except Exception:
             logger.exception("workflow %s[%s]: publishing a timer failed; Beat sends it",
                              workflow.name, effects.key)  # fmt: skip
-            continue
-        _forget_row(stores, timer.row)
     for task_id in effects.revokes:
         workflow.revoke(task_id)
     for record in effects.dead_letters:
         workflow.write_dead_letter(effects.key, record)
 
 
-def _forget_row(stores: Any, row: str | None) -> None:
-    if row is None:
-        return
-    try:
-        stores.timers.delete(row)
-    except Exception:
-        logger.warning("could not delete back-stop timer row %s; it fires as a no-op", row)
-
-
 def _stale(workflow: Workflow, key: str, message: Message, why: str) -> None:
+    """Log and count a message that no longer applies, and drop any row still waiting for it.
+
+    Its row was normally deleted by the step that settled it; one written by an earlier
+    version, or left by a race, would otherwise be re-published by every Beat scan.
+    """
     logger.info("workflow %s[%s]: stale %s message %s ignored (%s)", workflow.name, key,
                 message.kind, message.id, why)  # fmt: skip
     emit(FactKind.STALE_COMPLETION, workflow=workflow.name, message_kind=message.kind)
+    row_key = message.id if message.kind == "timer" else message.dispatch
+    if not row_key:
+        return
+    try:
+        workflow.stores().timers.delete_key(row_key)
+    except Exception:
+        logger.info("could not drop the row of stale message %s; the Beat scan re-sends it "
+                    "and it is ignored again", message.id, exc_info=True)  # fmt: skip
 
 
 def _report(

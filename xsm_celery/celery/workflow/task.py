@@ -3,16 +3,22 @@
 One task per workflow (``xsm.workflow.<name>``), acknowledged late and requeued when its
 worker is lost, so a message whose step never committed comes back; one whose step did
 commit is answered from the inbox. Its arguments are ``(key, message)``; a task a step
-dispatched completes it through ``link`` as ``(result, key, message)``.
+dispatched completes it through ``link`` as ``(result, key, message)``. Its keyword
+arguments are ignored: nothing a producer writes decides a policy.
 
-What goes wrong is told apart as the project's rules say:
+Every message ends in one of three ways: applied once, answered as a duplicate or stale,
+or one dead letter. What goes wrong is told apart as the project's rules say:
 
 * an outage or a busy key (``StoreUnavailableError``, ``LockTimeoutError``,
-  ``ConflictError``) is retried with a short countdown and never counted;
+  ``ConflictError``) is retried with a short countdown and never counted, for as long as
+  ``xsm_workflow_outage_max_s`` allows (a day by default); then the message becomes a
+  ``deferred_too_long`` dead letter;
 * a failing step (an action or guard raised, a value the store refused, a corrupt snapshot)
-  is counted and retried by the workflow's ``RetryPolicy``; when the policy gives up, a dead
-  letter with the event, the error chain and the instance's snapshot is written, and the
-  task fails. ``replay_task`` (CLI, Django admin) sends the same message again.
+  and a lost run (its worker died) are counted in the step's ledger in the store
+  (``ledger``) and retried by the workflow's ``RetryPolicy`` exactly: ``max_attempts=5``
+  means five runs. Then a dead letter with the event, the error chain and the instance's
+  snapshot is written, and the task fails. Celery's own ``max_retries`` never ends a step:
+  the task is registered with ``max_retries=None``.
 """
 
 from __future__ import annotations
@@ -20,17 +26,20 @@ from __future__ import annotations
 import json
 import logging
 import random
+import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from xsm_celery.celery.spool import DeadLetterSpool, dead_letter_id
 from xsm_celery.celery.stores import stores_for
-from xsm_celery.celery.workflow.lost import LOST_KWARG, RUNS_KWARG, count_lost_runs, mark_run
+from xsm_celery.celery.workflow.ledger import StepLedger, read_ledger, write_ledger
+from xsm_celery.celery.workflow.lost import count_lost_runs, mark_ended, mark_run
 from xsm_celery.celery.workflow.step import Message, StepOutcome, run_step
 from xsm_celery.engine import DEFAULT_REDACT_KEYS, redact
 from xsm_celery.errors import (
     ConflictError,
+    DeferredTooLongError,
     LockTimeoutError,
     SnapshotError,
     StoreError,
@@ -53,7 +62,14 @@ logger = logging.getLogger("xsm_celery.workflow")
 #: Longest countdown between two tries of a step that met an outage or a busy key.
 OUTAGE_RETRY_MAX_S = 5.0
 
+#: Marker suffix of the epoch second a step's first deferral happened.
+DEFERRED_SUFFIX = ":deferred"
+
 _UNCOUNTED = (StoreUnavailableError, LockTimeoutError, ConflictError)
+
+#: First deferral of each task id seen by this process, for when the markers are down too.
+_local_deferrals: dict[str, float] = {}
+_local_lock = threading.Lock()
 
 
 def parse_arguments(args: Sequence[Any]) -> tuple[str, Message]:
@@ -80,47 +96,109 @@ def parse_arguments(args: Sequence[Any]) -> tuple[str, Message]:
 
 def run_step_task(workflow: Workflow, task: Any, args: Sequence[Any], kwargs: dict[str, Any]
                   ) -> dict[str, Any]:  # fmt: skip
-    """The body of the step task: run the step, or retry, defer or dead-letter it."""
-    failures = int(kwargs.get("failures") or 0)
-    errors = list(kwargs.get("errors") or [])
+    """The body of the step task: run the step, or retry, defer or dead-letter it.
+
+    ``kwargs`` is accepted for compatibility with messages of earlier versions and ignored.
+    """
     try:
         key, message = parse_arguments(args)
-    except WorkflowStepError as exc:
-        _dead_letter(workflow, task, args, None, "", errors=[*errors, _entry("message", exc)],
-                     attempts=failures + 1, reason=DeadLetterReason.CORRUPT)  # fmt: skip
+        workflow.store_key(key)
+    except (WorkflowStepError, StoreError) as exc:
+        _dead_letter(workflow, task, args, None, "", errors=[_entry("message", exc)],
+                     attempts=1, reason=DeadLetterReason.CORRUPT)  # fmt: skip
         raise
-    lost = count_lost_runs(workflow, task, key, message, kwargs)
+    app = workflow.app
+    lost = count_lost_runs(app, task, lambda: _committed(workflow, key, message))
     if lost.new:
-        errors.extend(_entry("worker", error, message) for error in lost.new)
-        carried = {"failures": failures, "errors": errors, LOST_KWARG: lost.total,
-                   RUNS_KWARG: lost.runs}  # fmt: skip
-        _give_up_or_retry(workflow, task, args, key=key, message=message, cause=lost.new[-1],
-                          carried=carried)
-    run = mark_run(workflow, task, lost)
+        entries = [_entry("worker", error, message) for error in lost.new]
+        ledger = _count(workflow, task, args, key, message,
+                        change=lambda led: led.with_lost(entries))  # fmt: skip
+        mark_ended(app, task, lost.runs)
+        _give_up_or_retry(workflow, task, args, key=key, message=message, ledger=ledger,
+                          cause=lost.new[-1])  # fmt: skip
+    run = mark_run(app, task, lost)
     try:
         outcome = run_step(workflow, key, message)
     except _UNCOUNTED as exc:
-        retries = int(getattr(task.request, "retries", 0) or 0)
-        countdown = min(OUTAGE_RETRY_MAX_S, 0.05 * 2 ** min(retries, 8)) * (0.5 + random.random())
-        emit(FactKind.WORKFLOW_STEP_FAILED, workflow=workflow.name, outcome="deferred",
-             error=type(exc).__name__)  # fmt: skip
-        logger.info("workflow %s[%s]: %s; step retried in %.2f s", workflow.name, key,
-                    type(exc).__name__, countdown)  # fmt: skip
-        raise task.retry(args=list(args), kwargs={**kwargs, RUNS_KWARG: run},
-                         countdown=countdown, max_retries=None, exc=exc) from exc  # fmt: skip
+        mark_ended(app, task, run)
+        _defer(workflow, task, args, key=key, message=message, error=exc)
     except (WorkflowStepError, SnapshotError, StoreError) as exc:
         cause = exc.__cause__ if isinstance(exc, WorkflowStepError) and exc.__cause__ else exc
-        errors.append(_entry("action" if cause is not exc else "step", cause, message))
-        carried = {"failures": failures + 1, "errors": errors, LOST_KWARG: lost.total,
-                   RUNS_KWARG: run}  # fmt: skip
-        _give_up_or_retry(workflow, task, args, key=key, message=message, cause=cause,
-                          carried=carried, raised=exc)
+        entry = _entry("action" if cause is not exc else "step", cause, message)
+        ledger = _count(workflow, task, args, key, message,
+                        change=lambda led: led.with_failure(entry), run=run)  # fmt: skip
+        mark_ended(app, task, run)
+        _give_up_or_retry(workflow, task, args, key=key, message=message, ledger=ledger,
+                          cause=cause, raised=exc)  # fmt: skip
     return _result(outcome)
+
+
+def _count(
+    workflow: Workflow, task: Any, args: Sequence[Any], key: str, message: Message, *,
+    change: Any, run: int | None = None,
+) -> StepLedger:  # fmt: skip
+    """Apply ``change`` to the message's ledger in the store; an outage defers the run."""
+    store_key = workflow.store_key(key)
+    inbox = workflow.stores().inbox
+    try:
+        ledger: StepLedger = change(read_ledger(inbox, store_key, message.id))
+        write_ledger(inbox, store_key, message.id, ledger, workflow.inbox_ttl_s)
+    except _UNCOUNTED as outage:
+        if run is not None:
+            mark_ended(workflow.app, task, run)
+        _defer(workflow, task, args, key=key, message=message, error=outage)
+    return ledger
+
+
+def _defer(workflow: Workflow, task: Any, args: Sequence[Any], *, key: str, message: Message,
+           error: BaseException) -> NoReturn:  # fmt: skip
+    """Retry an outage or a busy key uncounted, until ``xsm_workflow_outage_max_s`` ran out."""
+    request = task.request
+    if getattr(request, "is_eager", False):
+        raise error  # an eager run has no queue to wait in: the caller sees the outage
+    bound = stores_for(workflow.app).settings.workflow_outage_max_s
+    waited = time.time() - _deferred_since(workflow.app, str(request.id))
+    if waited > bound:
+        chain = [_entry("store", error, message)]
+        _dead_letter(workflow, task, args, message, key, errors=chain, attempts=0,
+                     reason=DeadLetterReason.DEFERRED_TOO_LONG)  # fmt: skip
+        emit(FactKind.WORKFLOW_STEP_FAILED, workflow=workflow.name, outcome="dead_letter",
+             error=type(error).__name__)  # fmt: skip
+        raise DeferredTooLongError(
+            f"workflow {workflow.name}[{key}]: the step met {type(error).__name__} for "
+            f"{waited:.0f} s, over xsm_workflow_outage_max_s={bound:g}; its message is a "
+            "dead letter - restore the store, then replay it",
+            reason="outage",
+        ) from error
+    retries = int(getattr(request, "retries", 0) or 0)
+    countdown = min(OUTAGE_RETRY_MAX_S, 0.05 * 2 ** min(retries, 8)) * (0.5 + random.random())
+    emit(FactKind.WORKFLOW_STEP_FAILED, workflow=workflow.name, outcome="deferred",
+         error=type(error).__name__)  # fmt: skip
+    logger.info("workflow %s[%s]: %s; step retried in %.2f s (uncounted)", workflow.name, key,
+                type(error).__name__, countdown)  # fmt: skip
+    raise task.retry(args=list(args), kwargs={}, countdown=countdown, exc=error) from error
+
+
+def _deferred_since(app: Any, task_id: str) -> float:
+    """When this task id was first deferred: kept in the attempt markers, else in memory."""
+    now = time.time()
+    try:
+        markers = stores_for(app).markers()
+        since = markers.started(task_id + DEFERRED_SUFFIX)
+        if since is None:
+            markers.mark(task_id + DEFERRED_SUFFIX, int(now))
+            return now
+        return min(float(since), now)
+    except Exception:
+        with _local_lock:
+            if len(_local_deferrals) > 10_000:
+                _local_deferrals.clear()
+            return _local_deferrals.setdefault(task_id, now)
 
 
 def _give_up_or_retry(
     workflow: Workflow, task: Any, args: Sequence[Any], *, key: str, message: Message,
-    cause: BaseException, carried: dict[str, Any], raised: BaseException | None = None,
+    ledger: StepLedger, cause: BaseException, raised: BaseException | None = None,
 ) -> NoReturn:  # fmt: skip
     """Retry the step by the policy (failures and lost runs both count), or dead-letter it.
 
@@ -128,14 +206,13 @@ def _give_up_or_retry(
     run raised nothing, so ``cause`` ends the task when the policy gives up.
     """
     policy = workflow.retry_policy
-    counted = int(carried["failures"]) + int(carried[LOST_KWARG])
+    counted = ledger.counted
     error = raised if raised is not None else cause
     if counted < policy.max_attempts and policy.should_retry(cause):
         countdown = policy.delay_ms(counted) / 1000.0
         emit(FactKind.WORKFLOW_STEP_FAILED, workflow=workflow.name, outcome="retry",
              error=type(cause).__name__)  # fmt: skip
-        raise task.retry(args=list(args), kwargs=carried, countdown=countdown, max_retries=None,
-                         exc=error) from error  # fmt: skip
+        raise task.retry(args=list(args), kwargs={}, countdown=countdown, exc=error) from error
     if isinstance(cause, TimeLimitKilled):
         reason = DeadLetterReason.TIME_LIMIT
     elif isinstance(cause, WorkerLost):
@@ -144,11 +221,21 @@ def _give_up_or_retry(
         reason = DeadLetterReason.TASK_EXHAUSTED
     else:
         reason = DeadLetterReason.NON_RETRYABLE
-    _dead_letter(workflow, task, args, message, key, errors=list(carried["errors"]),
+    _dead_letter(workflow, task, args, message, key, errors=list(ledger.errors),
                  attempts=counted, reason=reason)  # fmt: skip
     emit(FactKind.WORKFLOW_STEP_FAILED, workflow=workflow.name, outcome="dead_letter",
          error=type(cause).__name__)  # fmt: skip
     raise error
+
+
+def _committed(workflow: Workflow, key: str, message: Message) -> bool:
+    """Whether the inbox holds this message's receipt: the lost run had committed."""
+    try:
+        entry = workflow.stores().inbox.get(workflow.store_key(key), message.id)
+    except Exception:
+        return False
+    # An entry without a receipt is a delivery in flight (or one that died holding it).
+    return entry is not None and entry.receipt is not None
 
 
 def _result(outcome: StepOutcome) -> dict[str, Any]:
@@ -173,7 +260,9 @@ def _dead_letter(
     """Write the step's dead letter through the spool: a store outage keeps it on local disk.
 
     Its id is one per task run (``dead_letter_id``), so a worker killed during the write
-    leaves one record, not two.
+    leaves one record, not two. Its topic names the workflow and key
+    (``workflow:<name>:<key>``), and it is reported as every dead letter is (log line,
+    ``xsm_dead_letters_total``, Celery event).
     """
     keys = DEFAULT_REDACT_KEYS + tuple(stores_for(workflow.app).settings.redact_keys)
     snapshot: dict[str, Any] = {}
@@ -199,6 +288,7 @@ def _dead_letter(
         snapshot=redact(snapshot, keys),
         taken_at=time.time(),
         reason=reason.value,
+        topic=f"workflow:{workflow.name}:{key}" if key else f"workflow:{workflow.name}",
         machine_hash=str(machine.structure_hash),
         machine_version=None if machine.version is None else str(machine.version),
         task_name=str(task.name),
@@ -207,15 +297,30 @@ def _dead_letter(
         task_kwargs={},
         hostname=getattr(task.request, "hostname", None),
     )
-    spool = DeadLetterSpool(stores_for(workflow.app).settings.dead_letter_spool)
+    workflow_dead_letter(workflow, letter, key=key)
+
+
+def workflow_dead_letter(workflow: Workflow, letter: DeadLetter, *, key: str) -> None:
+    """Keep ``letter`` in the spool, write it to the dead-letter store, and report it.
+
+    Every workflow dead letter (a step's, a compensation's) goes through here, so each is
+    stored the same way and emits the same log line, metric and Celery event as a chart
+    task's.
+    """
+    stores = stores_for(workflow.app)
+    spool = DeadLetterSpool(stores.settings.dead_letter_spool)
     spool.keep(letter)
+    facts = {"source": "workflow", "reason": letter.reason, "task": letter.task_name or "",
+             "task_id": letter.task_id or "", "workflow": workflow.name}  # fmt: skip
     try:
-        store = stores_for(workflow.app).dead_letters()
+        store = stores.dead_letters()
         spool.write_through(store, letter)
     except Exception:
         logger.warning("dead-letter store failed; the dead letter %s of workflow %s[%s] is kept "
                        "in the spool %s and written when the store is back", letter.id,
                        workflow.name, key, spool.directory, exc_info=True)  # fmt: skip
-        emit(FactKind.DEAD_LETTER_SPOOLED, task=str(task.name), reason=letter.reason)
+        emit(FactKind.DEAD_LETTER_WRITTEN, stored=False, **facts)
+        emit(FactKind.DEAD_LETTER_SPOOLED, task=letter.task_name or "", reason=letter.reason)
         return
+    emit(FactKind.DEAD_LETTER_WRITTEN, stored=True, **facts)
     spool.flush(store)
