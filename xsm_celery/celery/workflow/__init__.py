@@ -3,7 +3,8 @@
 The package's modules, each with one job:
 
 * ``api``: ``Workflow``, what users call (``start``, ``send``, ``send_now``, ``get``...);
-* ``context``: ``StepContext``, the frozen view of a workflow that the step machinery reads;
+* ``checks``: what a producer may send (names, keys, event ids, payload depth);
+* ``messages``: the data that travels (a step's ``Message``, a task step's ``Dispatch``);
 * ``step``: one step in one transaction (lock, inbox, load, apply, save);
 * ``session``: the transaction a step runs in, per store;
 * ``payloads``: the messages a step sends (timers, task steps, completions), built once;
@@ -11,6 +12,7 @@ The package's modules, each with one job:
 * ``ledger``: a step's counted failures and lost runs, kept in the store, not in messages;
 * ``lost``: lost runs (a worker that died mid-step) told apart by attempt markers;
 * ``recovery``: the Beat scan that re-publishes overdue timers and lost task steps;
+* ``replay``: a dead letter of a task step sent again through its instance;
 * ``service``: ``celery_service``, a Celery task as an ``invoke`` step;
 * ``stores``: the stores a workflow writes, opened from its ``store=`` setting;
 * ``view``: ``WorkflowView``, an instance as stored.

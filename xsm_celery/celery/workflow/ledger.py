@@ -21,13 +21,12 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from xsm_celery.celery.workflow.messages import LEDGER_KEY_PREFIX
 from xsm_celery.persistence.protocols import Inbox
 
 __all__ = ["LEDGER_KEY_PREFIX", "MAX_LEDGER_ERRORS", "StepLedger", "ledger_key", "read_ledger",
            "write_ledger"]  # fmt: skip
 
-#: Prefix of the inbox keys that hold ledgers (a message id never starts with it).
-LEDGER_KEY_PREFIX = "ledger:"
 
 #: Error-chain entries a ledger keeps (the oldest go first), so a long outage of retries
 #: cannot grow one row without bound.

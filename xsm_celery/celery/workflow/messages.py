@@ -11,6 +11,9 @@ from typing import Any
 
 from xsm_celery.errors import WorkflowStepError
 
+#: Inbox keys with this prefix hold a message's failure ledger (``ledger``), never a receipt.
+LEDGER_KEY_PREFIX = "ledger:"
+
 __all__ = ["DEFAULT_TASK_STEP_TIMEOUT_S", "MESSAGE_KINDS", "Dispatch", "Message"]
 
 #: Seconds a task step may go without a completion before the Beat scan looks for it: ten
@@ -58,7 +61,8 @@ class Message:
         if not isinstance(raw, dict):
             raise WorkflowStepError(f"a workflow message is a JSON object, got {raw!r:.80}")
         ident, kind = raw.get("id"), raw.get("kind")
-        if not isinstance(ident, str) or not ident or kind not in MESSAGE_KINDS:
+        if not isinstance(ident, str) or not ident or kind not in MESSAGE_KINDS \
+                or ident.startswith(LEDGER_KEY_PREFIX):  # fmt: skip
             raise WorkflowStepError(
                 f"workflow message needs a non-empty 'id' and a 'kind' in {MESSAGE_KINDS}: "
                 f"{raw!r:.200}"
