@@ -1,0 +1,1 @@
+"""Fault tests: real worker processes against private services a test may stop and restart."""
