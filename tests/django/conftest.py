@@ -141,3 +141,16 @@ def db_alias(request: pytest.FixtureRequest) -> str:
     name = "sqlite_db" if request.param == "sqlite" else "postgres_db"
     alias: str = request.getfixturevalue(name)
     return alias
+
+
+@pytest.fixture
+def operator(sqlite_db: str) -> Any:
+    """A logged-in superuser (a ``django.test.Client``)."""
+    from django.test import Client
+
+    from tests.django.admin_support import PASSWORD, make_user
+
+    make_user("ops", superuser=True)
+    client = Client()
+    assert client.login(username="ops", password=PASSWORD)
+    return client

@@ -21,7 +21,6 @@ from django.db import connections
 from django.test import Client
 
 from tests.celery.workflow_charts import order_machine
-from tests.django.admin_support import PASSWORD, make_user
 from xsm_celery.celery import Workflow, Xsm
 from xsm_celery.celery.workflow.step import Message
 from xsm_celery.django.models import AuditEntry, WorkflowInstance
@@ -100,15 +99,6 @@ def test_each_workflow_store_maps_a_missing_table_itself(unmigrated: str) -> Non
 
 
 # The admin's "Send event" form
-
-
-@pytest.fixture
-def operator(sqlite_db: str) -> Client:
-    """A logged-in superuser."""
-    make_user("ops", superuser=True)
-    client = Client()
-    assert client.login(username="ops", password=PASSWORD)
-    return client
 
 
 def _send_url(orders: Workflow, key: str) -> str:

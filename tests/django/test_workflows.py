@@ -78,15 +78,6 @@ def test_a_rolled_back_step_writes_no_journal_row(app: Celery, db_alias: str) ->
     assert row.state == "order.created"
 
 
-@pytest.fixture
-def operator(sqlite_db: str) -> Client:
-    """A logged-in superuser."""
-    make_user("ops", superuser=True)
-    client = Client()
-    assert client.login(username="ops", password=PASSWORD)
-    return client
-
-
 def _row(orders: Workflow, key: str) -> WorkflowInstance:
     return WorkflowInstance.objects.get(workflow=orders.name, key=key)
 

@@ -7,8 +7,8 @@ them: it starts these instead, each on a free loopback port that stays the same 
 * ``PrivatePostgres``: ``initdb`` into a temporary directory owned by ``postgres`` (initdb
   refuses root), trust authentication, ``fsync=off`` for speed; ``stop()`` is
   ``pg_ctl stop -m immediate`` (a crash: no shutdown checkpoint, connections cut at once).
-* ``VolatileRedis``: ``redis-server --save "" --appendonly no``, so ``restart()`` loses every
-  key, as a broker without persistence does when it restarts.
+* ``volatile_redis``: ``tests.kombu.private_redis.PrivateRedis(persistent=False)``, so
+  ``restart()`` loses every key, as a broker without persistence does when it restarts.
 
 A missing binary skips the tests locally and fails them under ``CI=true``.
 """
@@ -19,7 +19,6 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -29,15 +28,9 @@ from pathlib import Path
 import pytest
 
 from tests import services
+from tests.kombu.private_redis import PrivateRedis, free_port
 
-__all__ = ["PrivatePostgres", "VolatileRedis", "private_postgres", "volatile_redis"]
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+__all__ = ["PrivatePostgres", "PrivateRedis", "private_postgres", "volatile_redis"]
 
 
 def _missing(message: str) -> None:
@@ -139,64 +132,6 @@ class PrivatePostgres:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-class VolatileRedis:
-    """A redis-server with no persistence on its own port: a restart starts empty."""
-
-    def __init__(self) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            _missing("redis-server is not installed; the fault tests start their own")
-        assert binary is not None
-        self.binary = binary
-        self.port = free_port()
-        self.dir = Path(tempfile.mkdtemp(prefix="xsm-volatile-redis-"))
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def url(self, db: int = 0) -> str:
-        """The ``redis://`` URL of database ``db`` on this server."""
-        return f"redis://127.0.0.1:{self.port}/{db}"
-
-    @property
-    def running(self) -> bool:
-        """Whether the server process is alive."""
-        return self.process is not None and self.process.poll() is None
-
-    def start(self) -> None:
-        """Start the server, empty (no-op if it runs), and wait until it accepts clients."""
-        if self.running:
-            return
-        self.process = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
-             "--save", "", "--appendonly", "no", "--daemonize", "no"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        _wait_port(self.port, True, 10, "private redis-server")
-
-    def stop(self) -> None:
-        """Kill the server (SIGKILL): every key is gone."""
-        if self.process is None:
-            return
-        self.process.kill()
-        self.process.wait(timeout=10)
-        self.process = None
-        _wait_port(self.port, False, 10, "private redis-server")
-
-    def restart(self, down_s: float = 0.0) -> None:
-        """Kill the server, stay down ``down_s`` seconds, and start it again, empty."""
-        self.stop()
-        if down_s:
-            time.sleep(down_s)
-        self.start()
-
-    def close(self) -> None:
-        """Stop the server and delete its directory."""
-        try:
-            self.stop()
-        finally:
-            shutil.rmtree(self.dir, ignore_errors=True)
-
-
 @pytest.fixture(scope="module")
 def private_postgres() -> Iterator[PrivatePostgres]:
     """A PostgreSQL cluster of this module's own, stopped and deleted afterwards."""
@@ -209,9 +144,9 @@ def private_postgres() -> Iterator[PrivatePostgres]:
 
 
 @pytest.fixture(scope="module")
-def volatile_redis() -> Iterator[VolatileRedis]:
-    """A Redis without persistence of this module's own, stopped afterwards."""
-    server = VolatileRedis()
+def volatile_redis() -> Iterator[PrivateRedis]:
+    """A Redis without persistence of this module's own: a restart comes back empty."""
+    server = PrivateRedis(persistent=False)
     try:
         server.start()
         yield server

@@ -29,7 +29,7 @@ from celery import Celery
 
 from tests.celery.workers import Cluster, _node_name, wait_for
 from tests.faults import faultapp
-from tests.faults.private_services import PrivatePostgres, VolatileRedis
+from tests.faults.private_services import PrivatePostgres, PrivateRedis
 from xsm_celery.celery import Workflow
 
 pytestmark = [pytest.mark.slow, pytest.mark.service]
@@ -50,7 +50,7 @@ class Faults:
     """This test's cluster, its producer's workflows and the private services."""
 
     def __init__(self, cluster: Cluster, producer: Celery, flows: dict[str, Workflow],
-                 pg: PrivatePostgres, redis: VolatileRedis) -> None:  # fmt: skip
+                 pg: PrivatePostgres, redis: PrivateRedis) -> None:  # fmt: skip
         self.cluster = cluster
         self.producer = producer
         self.flows = flows
@@ -95,7 +95,7 @@ class Faults:
 
 @pytest.fixture
 def faults(
-    private_postgres: PrivatePostgres, volatile_redis: VolatileRedis, tmp_path: Path
+    private_postgres: PrivatePostgres, volatile_redis: PrivateRedis, tmp_path: Path
 ) -> Iterator[Faults]:
     """Services up, a cluster with its own queue and work directory; its processes stopped after."""
     private_postgres.start()

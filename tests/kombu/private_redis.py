@@ -1,8 +1,10 @@
 """A redis-server of the test's own, on a free port, that a test may stop and restart.
 
 The shared Redis on 6379 serves every engineer's tests at once, so fault tests never touch
-it: they start this one instead. It keeps an append-only file synced on every write, so a
-restart loses nothing that was acknowledged, as a production Redis configured for a broker.
+it: they start this one instead. By default it keeps an append-only file synced on every
+write, so a restart loses nothing that was acknowledged, as a production Redis configured for
+a broker; ``PrivateRedis(persistent=False)`` keeps nothing, so a restart comes back empty, as
+a broker without persistence does.
 """
 
 from __future__ import annotations
@@ -19,19 +21,25 @@ import pytest
 
 from tests import services
 
-__all__ = ["PrivateRedis", "private_redis", "running_redis"]
+__all__ = ["PrivateRedis", "free_port", "private_redis", "running_redis"]
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
 class PrivateRedis:
-    """One redis-server process this test session owns; ``url(db)`` addresses it."""
+    """One redis-server process this test session owns; ``url(db)`` addresses it.
 
-    def __init__(self) -> None:
+    Args:
+        persistent: Keep an append-only file synced on every write (a restart loses
+            nothing), or keep nothing (a restart starts empty).
+    """
+
+    def __init__(self, *, persistent: bool = True) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             message = "redis-server is not installed; the fault tests start their own"
@@ -39,7 +47,8 @@ class PrivateRedis:
                 pytest.fail(message)
             pytest.skip(message)
         self.binary = binary
-        self.port = _free_port()
+        self.persistent = persistent
+        self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="xsm-private-redis-"))
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -56,14 +65,15 @@ class PrivateRedis:
         """Start the server (no-op if it runs) and wait until it accepts connections."""
         if self.running:
             return
+        durability = ["--appendonly", "yes", "--appendfsync", "always"] if self.persistent \
+            else ["--appendonly", "no"]  # fmt: skip
         self.process = subprocess.Popen(
             [
                 self.binary,
                 "--port", str(self.port),
                 "--bind", "127.0.0.1",
                 "--dir", str(self.dir),
-                "--appendonly", "yes",
-                "--appendfsync", "always",
+                *durability,
                 "--save", "",
                 "--daemonize", "no",
             ],
@@ -77,12 +87,20 @@ class PrivateRedis:
             time.sleep(0.02)
 
     def stop(self) -> None:
-        """Kill the server at once, as a crash would (the AOF keeps what was written)."""
+        """Kill the server at once, as a crash would (the AOF, if kept, has what was written).
+
+        Returns once the port is closed, so a ``start()`` right after binds it again.
+        """
         if self.process is None:
             return
         self.process.kill()
         self.process.wait(timeout=10)
         self.process = None
+        deadline = time.monotonic() + 10
+        while services.reachable(self.port, timeout=0.2):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"private redis-server still listens on port {self.port}")
+            time.sleep(0.02)
 
     def restart(self, down_s: float = 0.0) -> None:
         """Kill the server, stay down ``down_s`` seconds, and start it again."""

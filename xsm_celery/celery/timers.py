@@ -47,25 +47,20 @@ LEASE_S = 60.0
 #: A source's own firing: ``(now, batch, owner) -> rows published``.
 FireRows = Callable[[float, int, str], int]
 
-_sources: weakref.WeakKeyDictionary[
-    Any, dict[str, tuple[Callable[[], Any], FireRows | None]]
-] = weakref.WeakKeyDictionary()
+_sources: weakref.WeakKeyDictionary[Any, dict[str, FireRows]] = weakref.WeakKeyDictionary()
 _sources_lock = threading.Lock()
 
 
-def register_timer_source(
-    app: Any, name: str, open_timers: Callable[[], Any], *, fire: FireRows | None = None
-) -> None:
-    """Have ``fire_due_timers`` also publish the due rows of another ``TimerStore``.
+def register_timer_source(app: Any, name: str, fire: FireRows) -> None:
+    """Have ``fire_due_timers`` also fire the due rows of another timer store.
 
     Workflows keep their timer rows in their own store's database (so the rows commit with
-    the snapshot); their rows have the same payload shape as retry rows, so the one Beat
-    entry fires both. ``open_timers`` is called in the Beat worker on first use. ``fire``,
-    when given, handles the source's due rows itself (a workflow re-publishes its rows and
-    keeps them until the step that applies them deletes them).
+    the snapshot), and fire them their own way: a row is re-published and kept until the
+    step that applies it deletes it (``xsm_celery.celery.workflow.recovery``). One Beat
+    entry thus fires chart-task retries and every workflow's rows.
     """
     with _sources_lock:
-        _sources.setdefault(app, {})[name] = (open_timers, fire)
+        _sources.setdefault(app, {})[name] = fire
 
 
 def schedule_retry(
@@ -103,12 +98,9 @@ def fire_due_timers(app: Any, *, now: float | None = None, owner: str | None = N
     now = time.time() if now is None else now
     batch = stores.settings.timer_batch
     sent = _fire_from(app, stores.timers(), now, batch, owner)
-    for name, (open_timers, fire) in sorted(_sources.get(app, {}).items()):
+    for name, fire in sorted(_sources.get(app, {}).items()):
         try:
-            if fire is not None:
-                sent += fire(now, batch, f"{owner}:{name}")
-            else:
-                sent += _fire_from(app, open_timers(), now, batch, f"{owner}:{name}")
+            sent += fire(now, batch, f"{owner}:{name}")
         except Exception:
             logger.exception("could not fire the due timers of %s; will try again", name)
     return sent

@@ -24,7 +24,7 @@ from typing import Any
 from xsm_celery.patterns.dead_letter import DeadLetter
 
 __all__ = ["STEP_TASK_PREFIX", "WORKFLOW_TOPIC_PREFIX", "WorkflowPart", "WorkflowRef",
-           "workflow_of_record"]  # fmt: skip
+           "workflow_of_record", "workflow_topic"]  # fmt: skip
 
 #: Prefix of a workflow's step task name. The same string as
 #: ``xsm_celery.celery.workflow.WORKFLOW_TASK_PREFIX`` (a test keeps them equal); repeated
@@ -33,6 +33,11 @@ STEP_TASK_PREFIX = "xsm.workflow."
 
 #: Prefix of the topic of a dead-letter state's record (``workflow:<name>:<key>``).
 WORKFLOW_TOPIC_PREFIX = "workflow:"
+
+
+def workflow_topic(workflow: str, key: str) -> str:
+    """The topic of a workflow instance's dead letters: ``workflow:<name>:<key>``."""
+    return f"{WORKFLOW_TOPIC_PREFIX}{workflow}:{key}"
 
 
 class WorkflowPart(enum.Enum):

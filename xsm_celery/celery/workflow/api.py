@@ -38,8 +38,9 @@ from xsm_celery.celery.workflow.checks import (
     step_function_name,
 )
 from xsm_celery.celery.workflow.checks import check_json as _check_json
+from xsm_celery.celery.workflow.messages import Dispatch, Message
 from xsm_celery.celery.workflow.recovery import recover_overdue
-from xsm_celery.celery.workflow.step import Dispatch, Message, StepOutcome, run_step
+from xsm_celery.celery.workflow.step import StepOutcome, run_step
 from xsm_celery.celery.workflow.stores import StoresOnce, WorkflowStores
 from xsm_celery.celery.workflow.task import run_step_task, workflow_dead_letter
 from xsm_celery.celery.workflow.view import WorkflowView, view_of
@@ -48,6 +49,7 @@ from xsm_celery.engine.events import to_event
 from xsm_celery.errors import ConfigurationError, InvalidEventError
 from xsm_celery.ids import new_id
 from xsm_celery.patterns import RetryPolicy
+from xsm_celery.patterns.dead_letter_workflow import workflow_topic
 
 __all__ = [
     "DEFAULT_INBOX_TTL_S",
@@ -176,8 +178,7 @@ class Workflow:
                     "two workflows of one chart apart"
                 )
             table[self.name] = self
-        register_timer_source(app, f"workflow:{self.name}", lambda: self.stores().timers,
-                              fire=partial(recover_overdue, self))  # fmt: skip
+        register_timer_source(app, f"workflow:{self.name}", partial(recover_overdue, self))
 
     def __repr__(self) -> str:
         return f"Workflow({self.name!r}, task={self.task.name!r})"
@@ -220,6 +221,11 @@ class Workflow:
     def countdown_max_s(self) -> float:
         """Timers due within this many seconds are countdown messages; longer ones rows."""
         return float(read_settings(self.app).timer_countdown_max_s)
+
+    @property
+    def recovery_grace_s(self) -> float:
+        """Seconds a timer may be overdue before the Beat scan re-publishes its message."""
+        return float(read_settings(self.app).workflow_recovery_grace_s)
 
     def store_key(self, key: str) -> str:
         """The store key of instance ``key`` (``<workflow>:<key>``)."""
@@ -331,8 +337,7 @@ class Workflow:
         return Message(event_id or new_id(), "event", type=made.type, payload=dict(made.payload))
 
     def _routing(self, queue: str | None = None) -> dict[str, Any]:
-        chosen = queue or self.queue
-        return {"queue": chosen} if chosen else {}
+        return payloads.routing(queue or self.queue)
 
     def summary(self, store_key: str, interp: Any) -> dict[str, Any]:
         """The instance row the Django admin lists: machine, key, state, status, update."""
@@ -375,9 +380,9 @@ class Workflow:
         """The task id and send spec of the message that fires one ``after`` timer."""
         return payloads.timer_spec(self, key, deadline)
 
-    def dispatch_payload(self, dispatch: Dispatch) -> dict[str, Any]:
+    def dispatch_payload(self, dispatch: Dispatch, *, replay_of: str = "") -> dict[str, Any]:
         """The send spec of a task step, with the callbacks that bring its result back."""
-        return payloads.dispatch_spec(self, dispatch, sent_at=time.time())
+        return payloads.dispatch_spec(self, dispatch, sent_at=time.time(), replay_of=replay_of)
 
     def send_dispatch(self, dispatch: Dispatch) -> None:
         """Send a task step (after its step committed)."""
@@ -396,7 +401,7 @@ class Workflow:
         """
         from dataclasses import replace
 
-        named = replace(record, topic=f"workflow:{self.name}:{key}")
+        named = replace(record, topic=workflow_topic(self.name, key))
         workflow_dead_letter(self, named, key=key)
 
     def asyncapi(self, server: dict[str, Any] | None = None, **options: Any) -> dict[str, Any]:

@@ -25,7 +25,7 @@ import json
 import unicodedata
 from typing import Any
 
-from xsm_celery.celery.workflow.ledger import LEDGER_KEY_PREFIX
+from xsm_celery.celery.workflow.messages import LEDGER_KEY_PREFIX
 from xsm_celery.errors import (
     ArgumentTypeError,
     ConfigurationError,

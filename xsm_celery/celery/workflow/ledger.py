@@ -24,8 +24,7 @@ from typing import Any
 from xsm_celery.celery.workflow.messages import LEDGER_KEY_PREFIX
 from xsm_celery.persistence.protocols import Inbox
 
-__all__ = ["LEDGER_KEY_PREFIX", "MAX_LEDGER_ERRORS", "StepLedger", "ledger_key", "read_ledger",
-           "write_ledger"]  # fmt: skip
+__all__ = ["MAX_LEDGER_ERRORS", "StepLedger", "ledger_key", "read_ledger", "write_ledger"]
 
 
 #: Error-chain entries a ledger keeps (the oldest go first), so a long outage of retries

@@ -51,10 +51,9 @@ class LostRuns:
     new: tuple[WorkerLost, ...] = ()
 
 
-def _first_run(request: Any) -> bool:
-    """A message that is neither a Celery retry nor a broker redelivery."""
-    redelivered = (getattr(request, "delivery_info", None) or {}).get("redelivered")
-    return not redelivered and not int(getattr(request, "retries", 0) or 0)
+def _redelivered(request: Any) -> bool:
+    """Whether the broker handed this message back (its worker died or was restarted)."""
+    return bool((getattr(request, "delivery_info", None) or {}).get("redelivered"))
 
 
 def count_lost_runs(app: Any, task: Any, committed: Any) -> LostRuns:
@@ -64,13 +63,13 @@ def count_lost_runs(app: Any, task: Any, committed: Any) -> LostRuns:
     also reads how many started, and the difference is what was lost.
     """
     request = task.request
-    if _first_run(request):
-        return LostRuns(0)
+    redelivered = _redelivered(request)
+    if not redelivered and not int(getattr(request, "retries", 0) or 0):
+        return LostRuns(0)  # a first run: neither a Celery retry nor a redelivery
     task_id = str(request.id)
     try:
         markers = stores_for(app).markers()
         ended = int(markers.started(task_id + ENDED_SUFFIX) or 0)
-        redelivered = (getattr(request, "delivery_info", None) or {}).get("redelivered")
         started = int(markers.started(task_id) or 0) if redelivered else ended
     except Exception:
         logger.warning("could not read the attempt markers of workflow step %s; the run goes "

@@ -96,7 +96,6 @@ class Dispatch:
     task_id: str
     options: dict[str, Any]
     key: str = ""
-    backstop: str | None = None
     #: Seconds without a completion after which the Beat scan asks the result backend and
     #: sends the task again (``celery_service(..., timeout_s=...)``).
     timeout_s: float = DEFAULT_TASK_STEP_TIMEOUT_S

@@ -32,6 +32,7 @@ __all__ = [
     "dispatch_spec",
     "send_spec",
     "spec",
+    "routing",
     "timer_spec",
     "timer_task_id",
 ]
@@ -67,8 +68,9 @@ def timer_task_id(workflow: str, key: str, deadline: dict[str, Any]) -> str:
     return str(uuid.uuid5(_TIMER_NAMESPACE, f"{workflow}\x00{key}\x00{state}\x00{event}\x00{due}"))
 
 
-def _routing(workflow: Workflow) -> dict[str, Any]:
-    return {"queue": workflow.queue} if workflow.queue else {}
+def routing(queue: str | None) -> dict[str, Any]:
+    """The ``apply_async`` options that send a message to ``queue`` (Celery's routing if None)."""
+    return {"queue": queue} if queue else {}
 
 
 def timer_spec(
@@ -79,7 +81,7 @@ def timer_spec(
     due = float(deadline["due_at_wall"])
     message = Message(task_id, "timer", type=str(deadline.get("event_type")),
                       payload={"state_id": str(deadline.get("state_id"))}, due_at=due)  # fmt: skip
-    payload = spec(workflow.task.name, [key, message.to_dict()], {}, {}, _routing(workflow))
+    payload = spec(workflow.task.name, [key, message.to_dict()], {}, {}, routing(workflow.queue))
     payload[RECOVERY_KEY] = {"kind": "timer", "key": key, "due_at": due}
     return task_id, payload
 
@@ -91,17 +93,23 @@ def completion(kind: str, key: str, invoke_id: str, task_id: str, data: Any = No
                    data=data).to_dict()  # fmt: skip
 
 
-def dispatch_spec(workflow: Workflow, dispatch: Dispatch, *, sent_at: float) -> dict[str, Any]:
-    """The send spec of a task step, with the callbacks that bring its result back."""
+def dispatch_spec(workflow: Workflow, dispatch: Dispatch, *, sent_at: float, replay_of: str = ""
+                  ) -> dict[str, Any]:  # fmt: skip
+    """The send spec of a task step, with the callbacks that bring its result back.
+
+    ``replay_of`` names the dead letter an operator replays: the task keeps its id (the
+    instance waits for it), so the record id tells a give-up of the replay from the first.
+    """
     key = dispatch.key
     done = completion("done", key, dispatch.invoke_id, dispatch.task_id)
-    link = workflow.task.signature((key, done), **_routing(workflow))
+    link = workflow.task.signature((key, done), **routing(workflow.queue))
     errback = workflow.app.signature(
         FAILED_TASK,
         args=(workflow.name, key, dispatch.invoke_id, dispatch.task_id, workflow.queue),
     )
     options = {**dispatch.options, "link": [dict(link)], "link_error": [dict(errback)]}
-    headers = {WORKFLOW_HEADER: {"workflow": workflow.name, "key": key}}
+    owner = {"workflow": workflow.name, "key": key, **({"replay": replay_of} if replay_of else {})}
+    headers = {WORKFLOW_HEADER: owner}
     payload = spec(dispatch.task_name, dispatch.args, dispatch.kwargs, headers, options)
     payload[RECOVERY_KEY] = {"kind": "dispatch", "key": key, "invoke": dispatch.invoke_id,
                              "timeout_s": dispatch.timeout_s, "sent_at": sent_at}  # fmt: skip

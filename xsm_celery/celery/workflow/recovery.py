@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from xsm_celery.celery.stores import stores_for
 from xsm_celery.celery.timers import LEASE_S
-from xsm_celery.celery.workflow.payloads import RECOVERY_KEY, completion, send_spec
+from xsm_celery.celery.workflow.payloads import RECOVERY_KEY, completion, routing, send_spec
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns.error_chain import truncate_message
 from xsm_celery.persistence.protocols import DueTimer
@@ -50,11 +50,11 @@ def recover_overdue(workflow: Workflow, now: float, batch: int, owner: str) -> i
     grace = stores_for(workflow.app).settings.workflow_recovery_grace_s
     sent = 0
     for row in timers.claim(now, batch, owner, lease_s=LEASE_S):
-        meta = row.payload.get(RECOVERY_KEY)
-        kind = meta.get("kind") if isinstance(meta, dict) else None
+        found = row.payload.get(RECOVERY_KEY)
+        meta: dict[str, Any] = found if isinstance(found, dict) else {}
+        kind = meta.get("kind")
         try:
             if kind == "dispatch":
-                assert isinstance(meta, dict)
                 sent += _recover_task_step(workflow, row, meta, now)
                 _postpone(timers, row, now + float(meta.get("timeout_s") or grace))
                 continue
@@ -65,7 +65,6 @@ def recover_overdue(workflow: Workflow, now: float, batch: int, owner: str) -> i
             continue
         sent += 1
         if kind == "timer":
-            assert isinstance(meta, dict)
             _postpone(timers, row, now + grace)
             due = float(meta.get("due_at") or row.due_at)
             emit(FactKind.TIMER_FIRED, workflow=workflow.name, purpose="workflow_timer",
@@ -90,13 +89,13 @@ def _recover_task_step(workflow: Workflow, row: DueTimer, meta: dict[str, Any], 
         return 0
     if state == "SUCCESS":
         message = completion("done", key, invoke, task_id)
-        workflow.task.apply_async(args=[result, key, message], **_routing(workflow))
+        workflow.task.apply_async(args=[result, key, message], **routing(workflow.queue))
         what = "its result from the result backend applied"
     elif state == "FAILURE":
         info = {"task": str(row.payload.get("task") or ""), "type": type(result).__name__,
                 "message": truncate_message(str(result))}  # fmt: skip
         message = completion("error", key, invoke, task_id, info)
-        workflow.task.apply_async(args=[key, message], **_routing(workflow))
+        workflow.task.apply_async(args=[key, message], **routing(workflow.queue))
         what = "its failure from the result backend applied"
     else:
         send_spec(workflow.app, task_id, row.payload)
@@ -120,10 +119,6 @@ def _backend_state(app: Any, task_id: str) -> tuple[str, Any]:
         logger.info("could not read task %s from the result backend", task_id, exc_info=True)
         return "", None
     return str(meta.get("status") or ""), meta.get("result")
-
-
-def _routing(workflow: Workflow) -> dict[str, Any]:
-    return {"queue": workflow.queue} if workflow.queue else {}
 
 
 def _postpone(timers: Any, row: DueTimer, due_at: float) -> None:

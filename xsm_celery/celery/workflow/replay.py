@@ -21,7 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from xsm_celery.celery.execute import WORKFLOW_HEADER
 from xsm_celery.celery.workflow.api import workflows_of
 from xsm_celery.celery.workflow.step import Dispatch
 from xsm_celery.errors import ReplayRefusedError
@@ -58,9 +57,7 @@ class TaskStepReplay:
     def send(self) -> str:
         """Publish the task with its workflow callbacks; return its (unchanged) task id."""
         task_id = self.dispatch.task_id
-        payload = self.workflow.dispatch_payload(self.dispatch)
-        if self.record_id:  # a give-up of the replay is then a dead letter of its own
-            payload["headers"][WORKFLOW_HEADER]["replay"] = self.record_id
+        payload = self.workflow.dispatch_payload(self.dispatch, replay_of=self.record_id)
         self.workflow.send_payload(task_id, payload)
         return task_id
 

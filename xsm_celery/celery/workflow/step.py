@@ -69,14 +69,18 @@ _current: contextvars.ContextVar[StepEffects | None] = contextvars.ContextVar(
 
 @dataclass
 class TimerSend:
-    """A timer the step armed: its message, its delay, and its row (kept until it fires)."""
+    """A timer the step armed: its message, its delay, and when its row is due.
+
+    A countdown timer's row is due the recovery grace after the timer (the countdown
+    normally fires it first); a long timer's row is due at the timer, since no message
+    carries it.
+    """
 
     task_id: str
     payload: dict[str, Any]
     delay_s: float
-    due_at: float
+    row_due_at: float
     durable: bool
-    row: str | None = None
 
 
 @dataclass
@@ -93,22 +97,21 @@ class StepEffects:
     #: steps whose completion arrived or whose state was left.
     settled: list[str] = field(default_factory=list)
 
-    def write_rows(self, timers: Any, now: float, grace_s: float) -> None:
+    def write_rows(self, timers: Any, now: float) -> None:
         """Inside the transaction: a row per timer and per task step, until it is applied.
 
-        A countdown timer's row is due ``grace_s`` after the timer, a long timer's at the
-        timer (no countdown carries it), a task step's ``timeout_s`` after its dispatch; the
-        Beat scan re-publishes whichever is still there then (``recovery``).
+        A task step's row is due ``timeout_s`` after its dispatch, a timer's as
+        ``TimerSend`` says; the Beat scan re-publishes whichever is still there then
+        (``recovery``). Rows this step settled are deleted first, so a timer that came
+        early and is armed again gets its row back.
         """
         for task_id in self.settled:
             timers.delete_key(task_id)
         for dispatch in self.dispatches:
             payload = self.workflow.dispatch_payload(dispatch)
-            due = now + dispatch.timeout_s
-            dispatch.backstop = timers.schedule(dispatch.task_id, due, payload)
+            timers.schedule(dispatch.task_id, now + dispatch.timeout_s, payload)
         for timer in self.timers:
-            due = timer.due_at if timer.durable else timer.due_at + grace_s
-            timer.row = timers.schedule(timer.task_id, due, timer.payload)
+            timers.schedule(timer.task_id, timer.row_due_at, timer.payload)
 
 
 def current_step() -> StepEffects | None:
@@ -233,7 +236,8 @@ def _locked_step(
         before = deadlines_of(record.snapshot) if record is not None else []
         receipt: list[Receipt] = []
         try:
-            if message.kind == "timer" and _timer_id_of(message) not in _ids(before):
+            pending = {deadline_id(d) for d in before}
+            if message.kind == "timer" and _timer_id_of(message) not in pending:
                 raise _Stale("its timer is no longer pending")
             with _instance(workflow, store_key, message, recorder=recorder, receipt=receipt,
                            effects=effects, session=session) as interp:  # fmt: skip
@@ -261,8 +265,7 @@ def _instance(
     stores = workflow.stores()
 
     def write_rows(interp: Any) -> None:
-        grace = stores_for(workflow.app).settings.workflow_recovery_grace_s
-        effects.write_rows(stores.timers, time.time(), grace)
+        effects.write_rows(stores.timers, time.time())
         result = receipt[0] if receipt else Receipt(frozenset(interp.current_state_ids), False)
         summary = workflow.summary(store_key, interp) if stores.journal is not None else {}
         session.finish(receipt_to_json(result), summary, [
@@ -384,29 +387,27 @@ def _arm_timers(
         # The usual step arms no timer: no snapshot is built just to find none.
         effects.settled.extend(timer_task_id(workflow.name, key, d) for d in before)
         return
-    known = _ids(before)
-    if message.kind == "timer":
-        known.discard(_timer_id_of(message))
-    now = time.time()
+    fired = _timer_id_of(message) if message.kind == "timer" else None
+    pending = {deadline_id(d) for d in before} - {fired}
     after = deadlines_of(interp.snapshot())
-    kept = {_timer_id(d) for d in after}
+    still = {deadline_id(d) for d in after}
+    # Rows of timers that fired or were cancelled go; one that fired early is armed again.
     effects.settled.extend(
         timer_task_id(workflow.name, key, d)
         for d in before
-        if _timer_id(d) not in kept or _timer_id(d) not in known
+        if deadline_id(d) not in still or deadline_id(d) == fired
     )
+    now = time.time()
     for deadline in after:
-        if _timer_id(deadline) in known:
+        if deadline_id(deadline) in pending:
             continue
         due = float(deadline["due_at_wall"])
         delay = max(0.0, due - now)
         task_id, payload = workflow.timer_payload(key, deadline)
         durable = delay > workflow.countdown_max_s
-        effects.timers.append(TimerSend(task_id, payload, delay, due, durable))
+        row_due = due if durable else due + workflow.recovery_grace_s
+        effects.timers.append(TimerSend(task_id, payload, delay, row_due, durable))
         emit(FactKind.TIMER_SCHEDULED, workflow=workflow.name, durable=durable)
-
-
-_timer_id = deadline_id
 
 
 def _timer_id_of(message: Message) -> tuple[str, str, float]:
@@ -415,10 +416,6 @@ def _timer_id_of(message: Message) -> tuple[str, str, float]:
         message.type,
         round(float(message.due_at or 0.0), 3),
     )
-
-
-def _ids(deadlines: list[dict[str, Any]]) -> set[tuple[str, str, float]]:
-    return {_timer_id(d) for d in deadlines}
 
 
 def _publish_effects(workflow: Workflow, effects: StepEffects) -> None:

@@ -50,6 +50,7 @@ from xsm_celery.errors import (
 )
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns import DeadLetter, DeadLetterReason
+from xsm_celery.patterns.dead_letter_workflow import workflow_topic
 from xsm_celery.patterns.error_chain import error_entry
 
 if TYPE_CHECKING:
@@ -288,7 +289,7 @@ def _dead_letter(
         snapshot=redact(snapshot, keys),
         taken_at=time.time(),
         reason=reason.value,
-        topic=f"workflow:{workflow.name}:{key}" if key else f"workflow:{workflow.name}",
+        topic=workflow_topic(workflow.name, key),
         machine_hash=str(machine.structure_hash),
         machine_version=None if machine.version is None else str(machine.version),
         task_name=str(task.name),
