@@ -21,6 +21,7 @@ from celery import Celery
 from tests.celery.workflow_charts import order_machine
 from tests.celery.workflow_support import captured_facts, private_schema
 from xsm_celery.celery import Workflow, Xsm, fire_due_timers
+from xsm_celery.celery.workflow.context import StepContext
 from xsm_celery.celery.workflow.step import Message
 from xsm_celery.errors import InvalidEventError, WorkflowStepError
 from xsm_celery.hooks import FactKind
@@ -321,7 +322,8 @@ def test_a_short_timer_is_a_countdown_message(
 
 
 def test_a_forced_rollback_leaves_no_row_and_sends_nothing(
-    app: Celery, broker: tuple[str, redis_lib.Redis], store_url: str
+    app: Celery, broker: tuple[str, redis_lib.Redis], store_url: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A failure inside the commit drops the snapshot, outbox row, back-stop row and dispatch."""
 
@@ -332,7 +334,8 @@ def test_a_forced_rollback_leaves_no_row_and_sends_nothing(
     orders = _workflow(app, store_url, outbox_topic="orders")
     orders.start("o-15")
     rows_before = orders.stores().timers.due(time.time() + 3600)
-    orders._plugins = (*orders.step_plugins(), Refuse())
+    plugins = (*orders.step_plugins(), Refuse())
+    monkeypatch.setattr(StepContext, "plugins", lambda ctx: plugins)
     with pytest.raises(RuntimeError, match="forced rollback"):
         orders.send_now("o-15", "PAY", total=3)
     view = orders.get("o-15")

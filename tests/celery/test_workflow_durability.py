@@ -193,7 +193,7 @@ def test_a_task_step_row_stays_until_its_completion_and_beat_sends_it_again(
     same id and postpones the row; the completion deletes it."""
     sent: list[tuple[str, str]] = []
     monkeypatch.setattr(
-        "xsm_celery.celery.workflow.payloads.send_spec",
+        "xsm_celery.celery.workflow.step.send_spec",
         lambda app, task_id, payload, countdown=None: sent.append((task_id, payload["task"])),
     )
     monkeypatch.setattr(
@@ -241,3 +241,48 @@ def test_a_ledger_key_fits_the_inbox_column_for_any_message_id(message_id: str) 
     key = ledger_key(message_id)
     assert len(key) <= 64
     assert key.startswith("ledger:")
+
+
+STUCK_CHART: dict[str, Any] = {
+    "id": "undo",
+    "initial": "compensating",
+    "states": {
+        "compensating": {
+            "invoke": {"id": "release", "src": "release", "onDone": "failed",
+                       "onError": "compensationFailed"},
+        },
+        "failed": {"type": "final"},
+        "compensationFailed": {"type": "final", "tags": ["dead-letter"]},
+    },
+}
+
+
+def test_a_failed_compensation_is_a_dead_letter_with_its_error_and_attempts(
+    app: Celery,
+) -> None:
+    """The task step's error and the runs it made reach the compensationFailed record."""
+    from xsm_celery.celery import celery_service
+    from xsm_celery.engine import MachineLogic, create_machine
+
+    @app.task(name=f"{app.main}.release")
+    def release() -> None: ...
+
+    logic = MachineLogic(services={"release": celery_service(release)})
+    undo = Xsm(app).workflow(create_machine(STUCK_CHART, logic=logic), store="memory://")
+    view = undo.start("u-1")
+    [task_id] = view.waiting_for.values()
+    failure = {"task": release.name, "type": "RuntimeError", "message": "release refused",
+               "attempts": 3}  # fmt: skip
+    error = Message(f"error:{task_id}", "error", invoke="release", dispatch=task_id, data=failure)
+    with captured_facts() as facts:
+        assert undo.step("u-1", error).outcome == "applied"
+    [letter] = _letters(app)
+    assert letter.state_id.endswith("compensationFailed")
+    assert letter.topic == "workflow:undo:u-1"
+    assert letter.attempts == 3
+    assert [(e["type"], e["message"]) for e in letter.errors] == [
+        ("ServiceTaskFailed", letter.errors[0]["message"])
+    ]
+    assert "release refused" in letter.errors[0]["message"]
+    written = [f for f in facts if f.kind is FactKind.DEAD_LETTER_WRITTEN]
+    assert [f.fields["source"] for f in written] == ["workflow"]

@@ -273,6 +273,10 @@ def test_a_stuck_compensation_is_a_dead_letter(cluster: Cluster, producer: Celer
     assert records[0].state_id == "fulfil.compensationFailed"
     assert records[0].reason == "dead_letter_state"
     assert "ConnectionError" in json.dumps(records[0].snapshot)
+    # The failed compensation's own error and runs are in the record, not only the snapshot.
+    assert records[0].attempts == 1
+    assert [e["type"] for e in records[0].errors][-1] == "ServiceTaskFailed"
+    assert "refund_card" in records[0].errors[-1]["message"]
 
 
 def test_a_failing_step_is_retried_then_dead_lettered_and_replayed(

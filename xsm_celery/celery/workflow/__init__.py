@@ -3,12 +3,14 @@
 The package's modules, each with one job:
 
 * ``api``: ``Workflow``, what users call (``start``, ``send``, ``send_now``, ``get``...);
+* ``context``: ``StepContext``, the frozen view of a workflow the machinery below reads;
 * ``checks``: what a producer may send (names, keys, event ids, payload depth);
 * ``messages``: the data that travels (a step's ``Message``, a task step's ``Dispatch``);
 * ``step``: one step in one transaction (lock, inbox, load, apply, save);
 * ``session``: the transaction a step runs in, per store;
 * ``payloads``: the messages a step sends (timers, task steps, completions), built once;
 * ``task``: the Celery task that runs steps, with retries, deferrals and dead letters;
+* ``dead_letters``: where every dead letter of a workflow is written and reported;
 * ``ledger``: a step's counted failures and lost runs, kept in the store, not in messages;
 * ``lost``: lost runs (a worker that died mid-step) told apart by attempt markers;
 * ``recovery``: the Beat scan that re-publishes overdue timers and lost task steps;

@@ -28,28 +28,26 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from xsm_celery.celery.settings import DEFAULT_STORE_URL, read_settings, register_keys
 from xsm_celery.celery.timers import register_timer_source
 from xsm_celery.celery.workflow import payloads
 from xsm_celery.celery.workflow.checks import (
     check_event_id,
-    check_instance_key,
     check_workflow_name,
     step_function_name,
 )
 from xsm_celery.celery.workflow.checks import check_json as _check_json
+from xsm_celery.celery.workflow.context import WORKFLOW_STORE_SETTING, StepContext
 from xsm_celery.celery.workflow.messages import Dispatch, Message
 from xsm_celery.celery.workflow.recovery import recover_overdue
 from xsm_celery.celery.workflow.step import StepOutcome, run_step
-from xsm_celery.celery.workflow.stores import StoresOnce, WorkflowStores
-from xsm_celery.celery.workflow.task import run_step_task, workflow_dead_letter
+from xsm_celery.celery.workflow.stores import WorkflowStores
+from xsm_celery.celery.workflow.task import run_step_task
 from xsm_celery.celery.workflow.view import WorkflowView, view_of
 from xsm_celery.engine import Machine, is_engine_event_type
 from xsm_celery.engine.events import to_event
 from xsm_celery.errors import ConfigurationError, InvalidEventError
 from xsm_celery.ids import new_id
 from xsm_celery.patterns import RetryPolicy
-from xsm_celery.patterns.dead_letter_workflow import workflow_topic
 
 __all__ = [
     "DEFAULT_INBOX_TTL_S",
@@ -63,9 +61,6 @@ __all__ = [
 
 logger = logging.getLogger("xsm_celery.workflow")
 
-#: The setting naming the store of workflows that do not pass ``store=``.
-WORKFLOW_STORE_SETTING = "xsm_workflow_store"
-register_keys(WORKFLOW_STORE_SETTING)
 
 #: Prefix of every workflow's step task name (``xsm.workflow.orders``).
 WORKFLOW_TASK_PREFIX = "xsm.workflow."
@@ -165,11 +160,13 @@ class Workflow:
         self.lock_timeout_s = float(lock_timeout_s)
         self.inbox_ttl_s = inbox_ttl_s
         self.outbox_topic = outbox_topic
-        self._store = store
-        self._stores: StoresOnce | None = None
-        self._invocations: dict[str, str] | None = None
-        self._plugins: tuple[Any, ...] | None = None
         self.task = self._register_task(dict(task_options or {}))
+        self.context = StepContext(
+            app=app, name=self.name, machine=machine, task=self.task, queue=queue,
+            retry_policy=self.retry_policy, lock_timeout_s=self.lock_timeout_s,
+            inbox_ttl_s=inbox_ttl_s, outbox_topic=outbox_topic, store=store,
+            invocations={inv.id: node.id for node in machine.nodes for inv in node.invoke},
+        )  # fmt: skip
         with _registry_lock:
             table = _registry.setdefault(app, {})
             if self.name in table:
@@ -178,7 +175,8 @@ class Workflow:
                     "two workflows of one chart apart"
                 )
             table[self.name] = self
-        register_timer_source(app, f"workflow:{self.name}", partial(recover_overdue, self))
+        register_timer_source(app, f"workflow:{self.name}",
+                              partial(recover_overdue, self.context))  # fmt: skip
 
     def __repr__(self) -> str:
         return f"Workflow({self.name!r}, task={self.task.name!r})"
@@ -187,7 +185,7 @@ class Workflow:
         workflow = self
 
         def step(task: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
-            return run_step_task(workflow, task, args, kwargs)
+            return run_step_task(workflow.context, task, args, kwargs)
 
         step.__name__ = step_function_name(self.name)
         step.__doc__ = f"Run one step of workflow {self.name!r} (xsm_celery)."
@@ -210,30 +208,15 @@ class Workflow:
 
     def stores(self) -> WorkflowStores:
         """The stores of this workflow in this process (opened on first use)."""
-        if self._stores is None:
-            value = self._store
-            if value is None:
-                value = self.app.conf.get(WORKFLOW_STORE_SETTING) or DEFAULT_STORE_URL
-            self._stores = StoresOnce(value)
-        return self._stores.get()
-
-    @property
-    def countdown_max_s(self) -> float:
-        """Timers due within this many seconds are countdown messages; longer ones rows."""
-        return float(read_settings(self.app).timer_countdown_max_s)
-
-    @property
-    def recovery_grace_s(self) -> float:
-        """Seconds a timer may be overdue before the Beat scan re-publishes its message."""
-        return float(read_settings(self.app).workflow_recovery_grace_s)
+        return self.context.stores()
 
     def store_key(self, key: str) -> str:
         """The store key of instance ``key`` (``<workflow>:<key>``)."""
-        return check_instance_key(self.name, key)
+        return self.context.store_key(key)
 
     def user_key(self, store_key: str) -> str:
         """The business key of a store key."""
-        return store_key[len(self.name) + 1 :]
+        return self.context.user_key(store_key)
 
     def start(self, key: str, *, context: dict[str, Any] | None = None) -> WorkflowView:
         """Create instance ``key`` in this process and return it; an existing one is kept.
@@ -242,7 +225,7 @@ class Workflow:
         """
         message = Message(new_id(), "start", payload=dict(context or {}))
         _check_json(message.payload, "start context")
-        run_step(self, key, message)
+        run_step(self.context, key, message)
         view = self.get(key)
         assert view is not None
         return view
@@ -294,7 +277,7 @@ class Workflow:
 
     def step(self, key: str, message: Message) -> StepOutcome:
         """Run one step in this process (what the task does, without its retries)."""
-        return run_step(self, key, message)
+        return run_step(self.context, key, message)
 
     def get(self, key: str) -> WorkflowView | None:
         """The instance ``key`` as stored, or None; reading runs nothing."""
@@ -339,70 +322,19 @@ class Workflow:
     def _routing(self, queue: str | None = None) -> dict[str, Any]:
         return payloads.routing(queue or self.queue)
 
-    def summary(self, store_key: str, interp: Any) -> dict[str, Any]:
-        """The instance row the Django admin lists: machine, key, state, status, update."""
-        return {
-            "workflow": self.name,
-            "key": self.user_key(store_key),
-            "machine_id": str(self.machine.id),
-            "state": ", ".join(sorted(interp.current_state_ids)),
-            "status": str(interp.status),
-            "updated_at": time.time(),
-        }
-
-    def invocation_states(self) -> dict[str, str]:
-        """``{invoke id: id of the state that invokes it}`` of the chart."""
-        if self._invocations is None:
-            self._invocations = {
-                inv.id: node.id for node in self.machine.nodes for inv in node.invoke
-            }
-        return self._invocations
-
     def step_plugins(self) -> tuple[Any, ...]:
-        """Plugins every step attaches: dead-letter states, and the outbox when it is on.
-
-        Entering a state tagged ``dead-letter`` (a saga's ``compensationFailed``) writes a
-        dead letter to the app's ``xsm_dead_letter_store`` once the step committed.
-        """
-        if self._plugins is None:
-            from xsm_celery.patterns import DeadLetterPlugin
-
-            plugins: list[Any] = [DeadLetterPlugin(_buffer_dead_letter, report=False)]
-            outbox = self.stores().outbox
-            if self.outbox_topic and outbox is not None:
-                from xsm_celery.eda.outbox import OutboxPlugin
-
-                plugins.append(OutboxPlugin(outbox, self.outbox_topic))
-            self._plugins = tuple(plugins)
-        return self._plugins
-
-    def timer_payload(self, key: str, deadline: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        """The task id and send spec of the message that fires one ``after`` timer."""
-        return payloads.timer_spec(self, key, deadline)
+        """Plugins every step attaches (``StepContext.plugins``)."""
+        return self.context.plugins()
 
     def dispatch_payload(self, dispatch: Dispatch, *, replay_of: str = "") -> dict[str, Any]:
         """The send spec of a task step, with the callbacks that bring its result back."""
-        return payloads.dispatch_spec(self, dispatch, sent_at=time.time(), replay_of=replay_of)
-
-    def send_dispatch(self, dispatch: Dispatch) -> None:
-        """Send a task step (after its step committed)."""
-        self.send_payload(dispatch.task_id, self.dispatch_payload(dispatch))
+        return payloads.dispatch_spec(self.context, dispatch, sent_at=time.time(),
+                                      replay_of=replay_of)  # fmt: skip
 
     def send_payload(self, task_id: str, payload: dict[str, Any], *, countdown: float | None = None
                      ) -> None:  # fmt: skip
         """Publish a send spec as ``fire_due_timers`` would, optionally after ``countdown``."""
         payloads.send_spec(self.app, task_id, payload, countdown=countdown)
-
-    def write_dead_letter(self, key: str, record: Any) -> None:
-        """Store the dead letter of a dead-letter state the instance entered (after commit).
-
-        It goes through the spool like a step's dead letter (a store outage keeps it on local
-        disk) and is reported as every dead letter is.
-        """
-        from dataclasses import replace
-
-        named = replace(record, topic=workflow_topic(self.name, key))
-        workflow_dead_letter(self, named, key=key)
 
     def asyncapi(self, server: dict[str, Any] | None = None, **options: Any) -> dict[str, Any]:
         """The AsyncAPI 3.0.0 document of this workflow: its events arrive on its Celery queue.
@@ -420,23 +352,6 @@ class Workflow:
             options.setdefault("outbound_topic", self.outbox_topic)
         return asyncapi_document(self.machine, server, **options)
 
-    def revoke(self, task_id: str) -> None:
-        """Revoke a task step whose state was left; best-effort (it may have run already)."""
-        try:
-            self.app.control.revoke(task_id)
-        except Exception as exc:
-            logger.info("workflow %s: could not revoke task %s: %s", self.name, task_id, exc)
-
-
-def _buffer_dead_letter(record: Any) -> None:
-    """The dead-letter plugin's sink: keep the record until the step commits."""
-    from xsm_celery.celery.workflow.step import current_step
-
-    step = current_step()
-    if step is None:
-        logger.error("dead letter outside a workflow step, not stored: %s", record.to_json())
-        return
-    step.dead_letters.append(record)
 
 
 def workflow_decorator(xsm_app: Any, options: dict[str, Any]) -> Callable[[Callable[[], Machine]],

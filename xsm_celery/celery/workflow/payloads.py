@@ -22,7 +22,7 @@ from xsm_celery.celery.execute import WORKFLOW_HEADER
 from xsm_celery.celery.workflow.messages import Dispatch, Message
 
 if TYPE_CHECKING:
-    from xsm_celery.celery.workflow.api import Workflow
+    from xsm_celery.celery.workflow.context import StepContext
 
 __all__ = [
     "FAILED_TASK",
@@ -74,14 +74,14 @@ def routing(queue: str | None) -> dict[str, Any]:
 
 
 def timer_spec(
-    workflow: Workflow, key: str, deadline: dict[str, Any]
+    ctx: StepContext, key: str, deadline: dict[str, Any]
 ) -> tuple[str, dict[str, Any]]:
     """The task id and send spec of the message that fires one ``after`` timer."""
-    task_id = timer_task_id(workflow.name, key, deadline)
+    task_id = timer_task_id(ctx.name, key, deadline)
     due = float(deadline["due_at_wall"])
     message = Message(task_id, "timer", type=str(deadline.get("event_type")),
                       payload={"state_id": str(deadline.get("state_id"))}, due_at=due)  # fmt: skip
-    payload = spec(workflow.task.name, [key, message.to_dict()], {}, {}, routing(workflow.queue))
+    payload = spec(ctx.task.name, [key, message.to_dict()], {}, {}, routing(ctx.queue))
     payload[RECOVERY_KEY] = {"kind": "timer", "key": key, "due_at": due}
     return task_id, payload
 
@@ -93,7 +93,7 @@ def completion(kind: str, key: str, invoke_id: str, task_id: str, data: Any = No
                    data=data).to_dict()  # fmt: skip
 
 
-def dispatch_spec(workflow: Workflow, dispatch: Dispatch, *, sent_at: float, replay_of: str = ""
+def dispatch_spec(ctx: StepContext, dispatch: Dispatch, *, sent_at: float, replay_of: str = ""
                   ) -> dict[str, Any]:  # fmt: skip
     """The send spec of a task step, with the callbacks that bring its result back.
 
@@ -102,13 +102,13 @@ def dispatch_spec(workflow: Workflow, dispatch: Dispatch, *, sent_at: float, rep
     """
     key = dispatch.key
     done = completion("done", key, dispatch.invoke_id, dispatch.task_id)
-    link = workflow.task.signature((key, done), **routing(workflow.queue))
-    errback = workflow.app.signature(
+    link = ctx.task.signature((key, done), **routing(ctx.queue))
+    errback = ctx.app.signature(
         FAILED_TASK,
-        args=(workflow.name, key, dispatch.invoke_id, dispatch.task_id, workflow.queue),
+        args=(ctx.name, key, dispatch.invoke_id, dispatch.task_id, ctx.queue),
     )
     options = {**dispatch.options, "link": [dict(link)], "link_error": [dict(errback)]}
-    owner = {"workflow": workflow.name, "key": key, **({"replay": replay_of} if replay_of else {})}
+    owner = {"workflow": ctx.name, "key": key, **({"replay": replay_of} if replay_of else {})}
     headers = {WORKFLOW_HEADER: owner}
     payload = spec(dispatch.task_name, dispatch.args, dispatch.kwargs, headers, options)
     payload[RECOVERY_KEY] = {"kind": "dispatch", "key": key, "invoke": dispatch.invoke_id,

@@ -35,7 +35,7 @@ from xsm_celery.patterns.error_chain import truncate_message
 from xsm_celery.persistence.protocols import DueTimer
 
 if TYPE_CHECKING:
-    from xsm_celery.celery.workflow.api import Workflow
+    from xsm_celery.celery.workflow.context import StepContext
 
 __all__ = ["recover_overdue"]
 
@@ -44,10 +44,10 @@ logger = logging.getLogger("xsm_celery.workflow")
 _RUNNING = frozenset({"STARTED", "RETRY", "RECEIVED"})
 
 
-def recover_overdue(workflow: Workflow, now: float, batch: int, owner: str) -> int:
+def recover_overdue(ctx: StepContext, now: float, batch: int, owner: str) -> int:
     """Re-publish the overdue rows of ``workflow``; return how many messages were sent."""
-    timers = workflow.stores().timers
-    grace = stores_for(workflow.app).settings.workflow_recovery_grace_s
+    timers = ctx.stores().timers
+    grace = stores_for(ctx.app).settings.workflow_recovery_grace_s
     sent = 0
     for row in timers.claim(now, batch, owner, lease_s=LEASE_S):
         found = row.payload.get(RECOVERY_KEY)
@@ -55,54 +55,54 @@ def recover_overdue(workflow: Workflow, now: float, batch: int, owner: str) -> i
         kind = meta.get("kind")
         try:
             if kind == "dispatch":
-                sent += _recover_task_step(workflow, row, meta, now)
+                sent += _recover_task_step(ctx, row, meta, now)
                 _postpone(timers, row, now + float(meta.get("timeout_s") or grace))
                 continue
-            send_spec(workflow.app, row.key, row.payload)
+            send_spec(ctx.app, row.key, row.payload)
         except Exception:
             logger.exception("workflow %s: could not re-publish %s %s; the next scan tries "
-                             "again", workflow.name, kind or "row", row.key)  # fmt: skip
+                             "again", ctx.name, kind or "row", row.key)  # fmt: skip
             continue
         sent += 1
         if kind == "timer":
             _postpone(timers, row, now + grace)
             due = float(meta.get("due_at") or row.due_at)
-            emit(FactKind.TIMER_FIRED, workflow=workflow.name, purpose="workflow_timer",
+            emit(FactKind.TIMER_FIRED, workflow=ctx.name, purpose="workflow_timer",
                  lag_s=max(0.0, now - due))  # fmt: skip
             logger.warning("workflow %s[%s]: timer message %s was not applied %.1f s after its "
-                           "due time; re-published", workflow.name, meta.get("key"), row.key,
+                           "due time; re-published", ctx.name, meta.get("key"), row.key,
                            now - due)  # fmt: skip
         else:
             timers.delete(row.id)  # a back-stop row of an earlier version: sent once
     return sent
 
 
-def _recover_task_step(workflow: Workflow, row: DueTimer, meta: dict[str, Any], now: float
+def _recover_task_step(ctx: StepContext, row: DueTimer, meta: dict[str, Any], now: float
                        ) -> int:  # fmt: skip
     """Apply a result the backend holds, leave a running task, or send the task again."""
     task_id, key, invoke = row.key, str(meta.get("key")), str(meta.get("invoke"))
-    state, result = _backend_state(workflow.app, task_id)
+    state, result = _backend_state(ctx.app, task_id)
     late = max(0.0, now - float(meta.get("sent_at") or row.due_at))
     if state in _RUNNING:
-        logger.info("workflow %s[%s]: task step %s still %s after %.0f s", workflow.name, key,
+        logger.info("workflow %s[%s]: task step %s still %s after %.0f s", ctx.name, key,
                     task_id, state, late)  # fmt: skip
         return 0
     if state == "SUCCESS":
         message = completion("done", key, invoke, task_id)
-        workflow.task.apply_async(args=[result, key, message], **routing(workflow.queue))
+        ctx.task.apply_async(args=[result, key, message], **routing(ctx.queue))
         what = "its result from the result backend applied"
     elif state == "FAILURE":
         info = {"task": str(row.payload.get("task") or ""), "type": type(result).__name__,
                 "message": truncate_message(str(result))}  # fmt: skip
         message = completion("error", key, invoke, task_id, info)
-        workflow.task.apply_async(args=[key, message], **routing(workflow.queue))
+        ctx.task.apply_async(args=[key, message], **routing(ctx.queue))
         what = "its failure from the result backend applied"
     else:
-        send_spec(workflow.app, task_id, row.payload)
+        send_spec(ctx.app, task_id, row.payload)
         what = "sent again"
-    emit(FactKind.TIMER_FIRED, workflow=workflow.name, purpose="workflow_task_step", lag_s=late)
+    emit(FactKind.TIMER_FIRED, workflow=ctx.name, purpose="workflow_task_step", lag_s=late)
     logger.warning("workflow %s[%s]: task step %s (%s) had no completion %.0f s after it was "
-                   "sent; %s", workflow.name, key, row.payload.get("task"), task_id, late,
+                   "sent; %s", ctx.name, key, row.payload.get("task"), task_id, late,
                    what)  # fmt: skip
     return 1
 

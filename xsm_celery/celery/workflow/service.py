@@ -128,10 +128,12 @@ def workflow_failed(*args: Any) -> None:
     if len(args) >= 8 and isinstance(args[1], BaseException):
         request, exc = args[0], args[1]
         ours = args[3:8]
-        info = {
+        info: dict[str, Any] = {
             "task": str(getattr(request, "task", "") or ""),
             "type": type(exc).__name__,
             "message": truncate_message(str(exc)),
+            # Celery counts a task's retries (a ChartTask's too): the runs it made.
+            "attempts": int(getattr(request, "retries", 0) or 0) + 1,
         }
     elif len(args) == 6:
         ours = args[1:6]

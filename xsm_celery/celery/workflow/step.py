@@ -23,19 +23,27 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from xsm_celery.celery.secrets import mask_exception
 from xsm_celery.celery.stores import stores_for
+from xsm_celery.celery.workflow.dead_letters import workflow_dead_letter
 from xsm_celery.celery.workflow.messages import DEFAULT_TASK_STEP_TIMEOUT_S, Dispatch, Message
-from xsm_celery.celery.workflow.payloads import deadline_id, timer_task_id
+from xsm_celery.celery.workflow.payloads import (
+    deadline_id,
+    dispatch_spec,
+    send_spec,
+    timer_spec,
+    timer_task_id,
+)
 from xsm_celery.celery.workflow.session import StepSession, generic_session
 from xsm_celery.engine import DEFAULT_REDACT_KEYS, EngineEvent, Event, PluginBase, Receipt
 from xsm_celery.engine.redact import mask_text, secret_values
 from xsm_celery.errors import WorkflowStepError
 from xsm_celery.hooks import FactKind, emit
+from xsm_celery.patterns.dead_letter_workflow import workflow_topic
 from xsm_celery.patterns.error_chain import ERRORS_CONTEXT_KEY, error_entry
 from xsm_celery.persistence.idempotency import receipt_to_json
 from xsm_celery.persistence.locks import OptimisticLock
@@ -43,16 +51,18 @@ from xsm_celery.persistence.persisted import persisted
 from xsm_celery.persistence.timers import deadlines_of
 
 if TYPE_CHECKING:
-    from xsm_celery.celery.workflow.api import Workflow
+    from xsm_celery.celery.workflow.context import StepContext
 
 __all__ = [
     "DEFAULT_TASK_STEP_TIMEOUT_S",
     "INVOCATIONS_KEY",
+    "TASK_ATTEMPTS_KEY",
     "Dispatch",
     "Message",
     "StepEffects",
     "StepOutcome",
     "TimerSend",
+    "buffer_dead_letter",
     "current_step",
     "run_step",
 ]
@@ -61,6 +71,10 @@ logger = logging.getLogger("xsm_celery.workflow")
 
 #: Private context key of the Celery tasks an instance's active invocations wait for.
 INVOCATIONS_KEY = "_xsm_invocations"
+
+#: Private context key of the runs the last failed task step made, so a dead-letter state
+#: its error leads to (a saga's ``compensationFailed``) records them as its ``attempts``.
+TASK_ATTEMPTS_KEY = "_xsm_task_attempts"
 
 _current: contextvars.ContextVar[StepEffects | None] = contextvars.ContextVar(
     "xsm_workflow_step", default=None
@@ -87,9 +101,11 @@ class TimerSend:
 class StepEffects:
     """What one step writes beside its snapshot, and does once it committed."""
 
-    workflow: Workflow
+    ctx: StepContext
     key: str
     dispatches: list[Dispatch] = field(default_factory=list)
+    #: The send spec of each dispatch, built once for its row and its publish.
+    specs: dict[str, dict[str, Any]] = field(default_factory=dict)
     revokes: list[str] = field(default_factory=list)
     timers: list[TimerSend] = field(default_factory=list)
     dead_letters: list[Any] = field(default_factory=list)
@@ -108,8 +124,8 @@ class StepEffects:
         for task_id in self.settled:
             timers.delete_key(task_id)
         for dispatch in self.dispatches:
-            payload = self.workflow.dispatch_payload(dispatch)
-            timers.schedule(dispatch.task_id, now + dispatch.timeout_s, payload)
+            spec = self.specs[dispatch.task_id] = dispatch_spec(self.ctx, dispatch, sent_at=now)
+            timers.schedule(dispatch.task_id, now + dispatch.timeout_s, spec)
         for timer in self.timers:
             timers.schedule(timer.task_id, timer.row_due_at, timer.payload)
 
@@ -117,6 +133,15 @@ class StepEffects:
 def current_step() -> StepEffects | None:
     """The step running on this thread, if any (``celery_service`` records its tasks here)."""
     return _current.get()
+
+
+def buffer_dead_letter(record: Any) -> None:
+    """The dead-letter plugin's sink: keep the record until the step commits."""
+    step = current_step()
+    if step is None:
+        logger.error("dead letter outside a workflow step, not stored: %s", record.to_json())
+        return
+    step.dead_letters.append(record)
 
 
 @dataclass(frozen=True)
@@ -189,26 +214,26 @@ class _Recorder(PluginBase):
         self.errors.append(error)
 
 
-def run_step(workflow: Workflow, key: str, message: Message) -> StepOutcome:
+def run_step(ctx: StepContext, key: str, message: Message) -> StepOutcome:
     """Apply ``message`` to instance ``key`` of ``workflow`` in one transaction.
 
     Raises:
         WorkflowStepError: an action or guard raised (nothing was saved); its cause is the
             error. Store errors (``LockTimeoutError``, ``StoreUnavailableError``) propagate.
     """
-    effects = StepEffects(workflow, key)
+    effects = StepEffects(ctx, key)
     token = _current.set(effects)
     started = time.perf_counter()
     try:
-        outcome, recorder, before = _locked_step(workflow, key, message, effects)
+        outcome, recorder, before = _locked_step(ctx, key, message, effects)
     finally:
         _current.reset(token)
     if outcome.outcome in ("applied", "started"):
-        _publish_effects(workflow, effects)
-        _report(workflow, message, recorder, before=before, outcome=outcome)
+        _publish_effects(ctx, effects)
+        _report(ctx, message, recorder, before=before, outcome=outcome)
     emit(
         FactKind.WORKFLOW_STEP,
-        workflow=workflow.name,
+        workflow=ctx.name,
         message_kind=message.kind,
         outcome=outcome.outcome,
         duration_s=time.perf_counter() - started,
@@ -217,21 +242,21 @@ def run_step(workflow: Workflow, key: str, message: Message) -> StepOutcome:
 
 
 def _locked_step(
-    workflow: Workflow, key: str, message: Message, effects: StepEffects
+    ctx: StepContext, key: str, message: Message, effects: StepEffects
 ) -> tuple[StepOutcome, _Recorder, list[dict[str, Any]]]:
-    stores = workflow.stores()
-    store_key = workflow.store_key(key)
+    stores = ctx.stores()
+    store_key = ctx.store_key(key)
     recorder = _Recorder(dict(message.payload) if message.kind == "start" else None)
     open_session = stores.session or partial(generic_session, stores)
-    with open_session(store_key, message.id, timeout=workflow.lock_timeout_s,
-                      ttl_s=workflow.inbox_ttl_s) as session:  # fmt: skip
+    with open_session(store_key, message.id, timeout=ctx.lock_timeout_s,
+                      ttl_s=ctx.inbox_ttl_s) as session:  # fmt: skip
         if session.duplicate:
-            logger.info("workflow %s[%s]: message %s already applied", workflow.name, key,
+            logger.info("workflow %s[%s]: message %s already applied", ctx.name, key,
                         message.id)  # fmt: skip
             return StepOutcome(key, message.id, "duplicate"), recorder, []
         record = session.record
         if record is None and message.kind in ("timer", "done", "error"):
-            _stale(workflow, key, message, "unknown instance")
+            _stale(ctx, key, message, "unknown instance")
             return StepOutcome(key, message.id, "stale"), recorder, []
         before = deadlines_of(record.snapshot) if record is not None else []
         receipt: list[Receipt] = []
@@ -239,15 +264,15 @@ def _locked_step(
             pending = {deadline_id(d) for d in before}
             if message.kind == "timer" and _timer_id_of(message) not in pending:
                 raise _Stale("its timer is no longer pending")
-            with _instance(workflow, store_key, message, recorder=recorder, receipt=receipt,
+            with _instance(ctx, store_key, message, recorder=recorder, receipt=receipt,
                            effects=effects, session=session) as interp:  # fmt: skip
-                _apply(workflow, key, message, interp, recorder=recorder, receipt=receipt,
+                _apply(ctx, key, message, interp, recorder=recorder, receipt=receipt,
                        settled=effects.settled)  # fmt: skip
-                _reconcile(workflow, interp, effects)
-                _arm_timers(workflow, key, interp, before=before, effects=effects,
+                _reconcile(ctx, interp, effects)
+                _arm_timers(ctx, key, interp, before=before, effects=effects,
                             message=message)  # fmt: skip
         except _Stale as why:
-            _stale(workflow, key, message, str(why))
+            _stale(ctx, key, message, str(why))
             return StepOutcome(key, message.id, "stale"), recorder, before
         result = receipt[0] if receipt else Receipt(frozenset(interp.current_state_ids), False)
         kind = "started" if record is None else "applied"
@@ -258,65 +283,65 @@ def _locked_step(
 
 @contextmanager
 def _instance(
-    workflow: Workflow, store_key: str, message: Message, *, recorder: _Recorder,
+    ctx: StepContext, store_key: str, message: Message, *, recorder: _Recorder,
     receipt: list[Receipt], effects: StepEffects, session: StepSession,
 ) -> Iterator[Any]:  # fmt: skip
     """``persisted()`` in the session already open, writing the step's rows before commit."""
-    stores = workflow.stores()
+    stores = ctx.stores()
 
     def write_rows(interp: Any) -> None:
         effects.write_rows(stores.timers, time.time())
         result = receipt[0] if receipt else Receipt(frozenset(interp.current_state_ids), False)
-        summary = workflow.summary(store_key, interp) if stores.journal is not None else {}
+        summary = ctx.summary(store_key, interp) if stores.journal is not None else {}
         session.finish(receipt_to_json(result), summary, [
-            {"workflow": workflow.name, "key": workflow.user_key(store_key),
+            {"workflow": ctx.name, "key": ctx.user_key(store_key),
              "message": message.kind, **t} for t in recorder.transitions
         ])  # fmt: skip
 
     with persisted(
         _Session(stores.snapshots, session),
         store_key,
-        workflow.machine,
+        ctx.machine,
         lock=OptimisticLock(0),
-        plugins=[recorder, *workflow.step_plugins()],
+        plugins=[recorder, *ctx.plugins()],
         before_commit=[write_rows],
     ) as interp:
         yield interp
 
 
 def _apply(
-    workflow: Workflow, key: str, message: Message, interp: Any, *, recorder: _Recorder,
+    ctx: StepContext, key: str, message: Message, interp: Any, *, recorder: _Recorder,
     receipt: list[Receipt], settled: list[str],
 ) -> None:  # fmt: skip
     """Deliver the message to the loaded instance; an action error aborts the step."""
     if message.kind == "event":
         if interp.status != "running":
-            logger.warning("workflow %s[%s] is %s; event %r ignored", workflow.name, key,
+            logger.warning("workflow %s[%s] is %s; event %r ignored", ctx.name, key,
                            interp.status, message.type)  # fmt: skip
         else:
             receipt.append(interp.send(Event(message.type, dict(message.payload)), wait=True))
     elif message.kind in ("done", "error"):
         _complete(interp, message, settled)
     if recorder.errors:
-        secrets = _secrets(workflow, message, interp)
+        secrets = _secrets(ctx, message, interp)
         for failed in recorder.errors:
             mask_exception(failed, secrets)
         error = recorder.errors[0]
         text = mask_text(str(error), secrets)
         raise WorkflowStepError(
-            f"workflow {workflow.name}[{key}]: {type(error).__name__} in a step on "
+            f"workflow {ctx.name}[{key}]: {type(error).__name__} in a step on "
             f"{message.kind} {message.type or message.invoke!r}: {text}; nothing was saved"
         ) from error
 
 
-def _secrets(workflow: Workflow, message: Message, interp: Any) -> tuple[str, ...]:
+def _secrets(ctx: StepContext, message: Message, interp: Any) -> tuple[str, ...]:
     """Values of the event payload and the context that redaction masks, for error texts.
 
     An action's exception often copies its input into its message (``f"card {number}
     declined"``); that text reaches the dead letter, the worker log and the result backend,
     so it is masked as a chart task's is.
     """
-    keys = DEFAULT_REDACT_KEYS + tuple(stores_for(workflow.app).settings.redact_keys)
+    keys = DEFAULT_REDACT_KEYS + tuple(stores_for(ctx.app).settings.redact_keys)
     context = {k: v for k, v in interp.context.items() if k != ERRORS_CONTEXT_KEY}
     return tuple(secret_values({"payload": message.payload, "context": context}, keys))
 
@@ -328,6 +353,7 @@ def _complete(interp: Any, message: Message, settled: list[str]) -> None:
         raise _Stale(f"invocation {message.invoke!r} task {message.dispatch} is not active")
     del waiting[message.invoke]
     settled.append(message.dispatch)
+    interp.context.pop(TASK_ATTEMPTS_KEY, None)
     if message.kind == "done":
         event = EngineEvent(f"done.invoke.{message.invoke}", message.data, message.invoke)
     else:
@@ -342,25 +368,28 @@ def _complete(interp: Any, message: Message, settled: list[str]) -> None:
         chain = interp.context.setdefault(ERRORS_CONTEXT_KEY, [])
         if isinstance(chain, list):
             chain.append(error_entry("service", message.invoke, error))
+        attempts = info.get("attempts")
+        if isinstance(attempts, int) and not isinstance(attempts, bool) and attempts > 0:
+            interp.context[TASK_ATTEMPTS_KEY] = attempts
         event = EngineEvent(f"error.platform.{message.invoke}", error, message.invoke)
     interp.send_threadsafe(event)
     interp.tick()
 
 
-def _active_invocations(workflow: Workflow, interp: Any) -> set[str]:
+def _active_invocations(ctx: StepContext, interp: Any) -> set[str]:
     """Ids of the invocations whose state is active now."""
     active: set[str] = set()
     leaves = interp.current_state_ids
-    for invoke_id, state_id in workflow.invocation_states().items():
+    for invoke_id, state_id in ctx.invocations.items():
         if any(leaf == state_id or leaf.startswith(state_id + ".") for leaf in leaves):
             active.add(invoke_id)
     return active
 
 
-def _reconcile(workflow: Workflow, interp: Any, effects: StepEffects) -> None:
+def _reconcile(ctx: StepContext, interp: Any, effects: StepEffects) -> None:
     """Revoke tasks of invocations whose state was left; drop dispatches already stale."""
     waiting = interp.context.get(INVOCATIONS_KEY)
-    active = _active_invocations(workflow, interp) if interp.status == "running" else set()
+    active = _active_invocations(ctx, interp) if interp.status == "running" else set()
     if isinstance(waiting, dict):
         for invoke_id in [i for i in waiting if i not in active]:
             task_id = str(waiting.pop(invoke_id))
@@ -376,7 +405,7 @@ def _reconcile(workflow: Workflow, interp: Any, effects: StepEffects) -> None:
 
 
 def _arm_timers(
-    workflow: Workflow, key: str, interp: Any, *, before: list[dict[str, Any]],
+    ctx: StepContext, key: str, interp: Any, *, before: list[dict[str, Any]],
     effects: StepEffects, message: Message,
 ) -> None:  # fmt: skip
     """Schedule the timers this step armed: countdown messages, or durable rows when long.
@@ -385,7 +414,7 @@ def _arm_timers(
     """
     if not interp.pending_timers():
         # The usual step arms no timer: no snapshot is built just to find none.
-        effects.settled.extend(timer_task_id(workflow.name, key, d) for d in before)
+        effects.settled.extend(timer_task_id(ctx.name, key, d) for d in before)
         return
     fired = _timer_id_of(message) if message.kind == "timer" else None
     pending = {deadline_id(d) for d in before} - {fired}
@@ -393,7 +422,7 @@ def _arm_timers(
     still = {deadline_id(d) for d in after}
     # Rows of timers that fired or were cancelled go; one that fired early is armed again.
     effects.settled.extend(
-        timer_task_id(workflow.name, key, d)
+        timer_task_id(ctx.name, key, d)
         for d in before
         if deadline_id(d) not in still or deadline_id(d) == fired
     )
@@ -403,11 +432,11 @@ def _arm_timers(
             continue
         due = float(deadline["due_at_wall"])
         delay = max(0.0, due - now)
-        task_id, payload = workflow.timer_payload(key, deadline)
-        durable = delay > workflow.countdown_max_s
-        row_due = due if durable else due + workflow.recovery_grace_s
+        task_id, payload = timer_spec(ctx, key, deadline)
+        durable = delay > ctx.countdown_max_s
+        row_due = due if durable else due + ctx.recovery_grace_s
         effects.timers.append(TimerSend(task_id, payload, delay, row_due, durable))
-        emit(FactKind.TIMER_SCHEDULED, workflow=workflow.name, durable=durable)
+        emit(FactKind.TIMER_SCHEDULED, workflow=ctx.name, durable=durable)
 
 
 def _timer_id_of(message: Message) -> tuple[str, str, float]:
@@ -418,59 +447,60 @@ def _timer_id_of(message: Message) -> tuple[str, str, float]:
     )
 
 
-def _publish_effects(workflow: Workflow, effects: StepEffects) -> None:
+def _publish_effects(ctx: StepContext, effects: StepEffects) -> None:
     """After the commit: dispatch tasks, publish countdowns, revoke, store dead letters."""
     for dispatch in effects.dispatches:
         try:
-            workflow.send_dispatch(dispatch)
+            send_spec(ctx.app, dispatch.task_id, effects.specs[dispatch.task_id])
         except Exception:
             logger.exception("workflow %s[%s]: dispatching %s failed; Beat sends it in %.0f s",
-                             workflow.name, effects.key, dispatch.task_name,
+                             ctx.name, effects.key, dispatch.task_name,
                              dispatch.timeout_s)  # fmt: skip
-    eager = bool(effects.timers) and bool(workflow.app.conf.task_always_eager)
+    eager = bool(effects.timers) and bool(ctx.app.conf.task_always_eager)
     for timer in effects.timers:
         if timer.durable or eager:
             continue
         try:
-            workflow.send_payload(timer.task_id, timer.payload, countdown=timer.delay_s)
+            send_spec(ctx.app, timer.task_id, timer.payload, countdown=timer.delay_s)
         except Exception:
             logger.exception("workflow %s[%s]: publishing a timer failed; Beat sends it",
-                             workflow.name, effects.key)  # fmt: skip
+                             ctx.name, effects.key)  # fmt: skip
     for task_id in effects.revokes:
-        workflow.revoke(task_id)
+        ctx.revoke(task_id)
     for record in effects.dead_letters:
-        workflow.write_dead_letter(effects.key, record)
+        named = replace(record, topic=workflow_topic(ctx.name, effects.key))
+        workflow_dead_letter(ctx, named, key=effects.key)
 
 
-def _stale(workflow: Workflow, key: str, message: Message, why: str) -> None:
+def _stale(ctx: StepContext, key: str, message: Message, why: str) -> None:
     """Log and count a message that no longer applies, and drop any row still waiting for it.
 
     Its row was normally deleted by the step that settled it; one written by an earlier
     version, or left by a race, would otherwise be re-published by every Beat scan.
     """
-    logger.info("workflow %s[%s]: stale %s message %s ignored (%s)", workflow.name, key,
+    logger.info("workflow %s[%s]: stale %s message %s ignored (%s)", ctx.name, key,
                 message.kind, message.id, why)  # fmt: skip
-    emit(FactKind.STALE_COMPLETION, workflow=workflow.name, message_kind=message.kind)
+    emit(FactKind.STALE_COMPLETION, workflow=ctx.name, message_kind=message.kind)
     row_key = message.id if message.kind == "timer" else message.dispatch
     if not row_key:
         return
     try:
-        workflow.stores().timers.delete_key(row_key)
+        ctx.stores().timers.delete_key(row_key)
     except Exception:
         logger.info("could not drop the row of stale message %s; the Beat scan re-sends it "
                     "and it is ignored again", message.id, exc_info=True)  # fmt: skip
 
 
 def _report(
-    workflow: Workflow, message: Message, recorder: _Recorder, *, before: list[dict[str, Any]],
+    ctx: StepContext, message: Message, recorder: _Recorder, *, before: list[dict[str, Any]],
     outcome: StepOutcome,
 ) -> None:  # fmt: skip
     for transition in recorder.transitions:
-        emit(FactKind.WORKFLOW_TRANSITION, workflow=workflow.name,
+        emit(FactKind.WORKFLOW_TRANSITION, workflow=ctx.name,
              event=str(transition["event"]).split(".", 1)[0])  # fmt: skip
     if recorder.fired:
         now = time.time()
         dues = {str(d.get("event_type")): float(d["due_at_wall"]) for d in before}
         for event_type in recorder.fired:
             due = dues.get(event_type, message.due_at or now)
-            emit(FactKind.TIMER_FIRED, workflow=workflow.name, lag_s=max(0.0, now - due))
+            emit(FactKind.TIMER_FIRED, workflow=ctx.name, lag_s=max(0.0, now - due))

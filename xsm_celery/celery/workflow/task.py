@@ -31,8 +31,9 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from xsm_celery.celery.spool import DeadLetterSpool, dead_letter_id
+from xsm_celery.celery.spool import dead_letter_id
 from xsm_celery.celery.stores import stores_for
+from xsm_celery.celery.workflow.dead_letters import workflow_dead_letter
 from xsm_celery.celery.workflow.ledger import StepLedger, read_ledger, write_ledger
 from xsm_celery.celery.workflow.lost import count_lost_runs, mark_ended, mark_run
 from xsm_celery.celery.workflow.step import Message, StepOutcome, run_step
@@ -54,7 +55,7 @@ from xsm_celery.patterns.dead_letter_workflow import workflow_topic
 from xsm_celery.patterns.error_chain import error_entry
 
 if TYPE_CHECKING:
-    from xsm_celery.celery.workflow.api import Workflow
+    from xsm_celery.celery.workflow.context import StepContext
 
 __all__ = ["OUTAGE_RETRY_MAX_S", "parse_arguments", "run_step_task"]
 
@@ -88,14 +89,14 @@ def parse_arguments(args: Sequence[Any]) -> tuple[str, Message]:
     else:
         raise WorkflowStepError(
             f"a workflow step task takes (key, message), got {len(args)} arguments; send "
-            "events with workflow.send(key, 'EVENT')"
+            "events with ctx.send(key, 'EVENT')"
         )
     if not isinstance(key, str) or not key:
         raise WorkflowStepError(f"workflow instance key must be a non-empty string: {key!r:.80}")
     return key, Message.from_dict(raw)
 
 
-def run_step_task(workflow: Workflow, task: Any, args: Sequence[Any], kwargs: dict[str, Any]
+def run_step_task(ctx: StepContext, task: Any, args: Sequence[Any], kwargs: dict[str, Any]
                   ) -> dict[str, Any]:  # fmt: skip
     """The body of the step task: run the step, or retry, defer or dead-letter it.
 
@@ -103,79 +104,79 @@ def run_step_task(workflow: Workflow, task: Any, args: Sequence[Any], kwargs: di
     """
     try:
         key, message = parse_arguments(args)
-        workflow.store_key(key)
+        ctx.store_key(key)
     except (WorkflowStepError, StoreError) as exc:
-        _dead_letter(workflow, task, args, None, "", errors=[_entry("message", exc)],
+        _dead_letter(ctx, task, args, None, "", errors=[_entry("message", exc)],
                      attempts=1, reason=DeadLetterReason.CORRUPT)  # fmt: skip
         raise
-    app = workflow.app
-    lost = count_lost_runs(app, task, lambda: _committed(workflow, key, message))
+    app = ctx.app
+    lost = count_lost_runs(app, task, lambda: _committed(ctx, key, message))
     if lost.new:
         entries = [_entry("worker", error, message) for error in lost.new]
-        ledger = _count(workflow, task, args, key, message,
+        ledger = _count(ctx, task, args, key, message,
                         change=lambda led: led.with_lost(entries))  # fmt: skip
         mark_ended(app, task, lost.runs)
-        _give_up_or_retry(workflow, task, args, key=key, message=message, ledger=ledger,
+        _give_up_or_retry(ctx, task, args, key=key, message=message, ledger=ledger,
                           cause=lost.new[-1])  # fmt: skip
     run = mark_run(app, task, lost)
     try:
-        outcome = run_step(workflow, key, message)
+        outcome = run_step(ctx, key, message)
     except _UNCOUNTED as exc:
         mark_ended(app, task, run)
-        _defer(workflow, task, args, key=key, message=message, error=exc)
+        _defer(ctx, task, args, key=key, message=message, error=exc)
     except (WorkflowStepError, SnapshotError, StoreError) as exc:
         cause = exc.__cause__ if isinstance(exc, WorkflowStepError) and exc.__cause__ else exc
         entry = _entry("action" if cause is not exc else "step", cause, message)
-        ledger = _count(workflow, task, args, key, message,
+        ledger = _count(ctx, task, args, key, message,
                         change=lambda led: led.with_failure(entry), run=run)  # fmt: skip
         mark_ended(app, task, run)
-        _give_up_or_retry(workflow, task, args, key=key, message=message, ledger=ledger,
+        _give_up_or_retry(ctx, task, args, key=key, message=message, ledger=ledger,
                           cause=cause, raised=exc)  # fmt: skip
     return _result(outcome)
 
 
 def _count(
-    workflow: Workflow, task: Any, args: Sequence[Any], key: str, message: Message, *,
+    ctx: StepContext, task: Any, args: Sequence[Any], key: str, message: Message, *,
     change: Any, run: int | None = None,
 ) -> StepLedger:  # fmt: skip
     """Apply ``change`` to the message's ledger in the store; an outage defers the run."""
-    store_key = workflow.store_key(key)
-    inbox = workflow.stores().inbox
+    store_key = ctx.store_key(key)
+    inbox = ctx.stores().inbox
     try:
         ledger: StepLedger = change(read_ledger(inbox, store_key, message.id))
-        write_ledger(inbox, store_key, message.id, ledger, workflow.inbox_ttl_s)
+        write_ledger(inbox, store_key, message.id, ledger, ctx.inbox_ttl_s)
     except _UNCOUNTED as outage:
         if run is not None:
-            mark_ended(workflow.app, task, run)
-        _defer(workflow, task, args, key=key, message=message, error=outage)
+            mark_ended(ctx.app, task, run)
+        _defer(ctx, task, args, key=key, message=message, error=outage)
     return ledger
 
 
-def _defer(workflow: Workflow, task: Any, args: Sequence[Any], *, key: str, message: Message,
+def _defer(ctx: StepContext, task: Any, args: Sequence[Any], *, key: str, message: Message,
            error: BaseException) -> NoReturn:  # fmt: skip
     """Retry an outage or a busy key uncounted, until ``xsm_workflow_outage_max_s`` ran out."""
     request = task.request
     if getattr(request, "is_eager", False):
         raise error  # an eager run has no queue to wait in: the caller sees the outage
-    bound = stores_for(workflow.app).settings.workflow_outage_max_s
-    waited = time.time() - _deferred_since(workflow.app, str(request.id))
+    bound = stores_for(ctx.app).settings.workflow_outage_max_s
+    waited = time.time() - _deferred_since(ctx.app, str(request.id))
     if waited > bound:
         chain = [_entry("store", error, message)]
-        _dead_letter(workflow, task, args, message, key, errors=chain, attempts=0,
+        _dead_letter(ctx, task, args, message, key, errors=chain, attempts=0,
                      reason=DeadLetterReason.DEFERRED_TOO_LONG)  # fmt: skip
-        emit(FactKind.WORKFLOW_STEP_FAILED, workflow=workflow.name, outcome="dead_letter",
+        emit(FactKind.WORKFLOW_STEP_FAILED, workflow=ctx.name, outcome="dead_letter",
              error=type(error).__name__)  # fmt: skip
         raise DeferredTooLongError(
-            f"workflow {workflow.name}[{key}]: the step met {type(error).__name__} for "
+            f"workflow {ctx.name}[{key}]: the step met {type(error).__name__} for "
             f"{waited:.0f} s, over xsm_workflow_outage_max_s={bound:g}; its message is a "
             "dead letter - restore the store, then replay it",
             reason="outage",
         ) from error
     retries = int(getattr(request, "retries", 0) or 0)
     countdown = min(OUTAGE_RETRY_MAX_S, 0.05 * 2 ** min(retries, 8)) * (0.5 + random.random())
-    emit(FactKind.WORKFLOW_STEP_FAILED, workflow=workflow.name, outcome="deferred",
+    emit(FactKind.WORKFLOW_STEP_FAILED, workflow=ctx.name, outcome="deferred",
          error=type(error).__name__)  # fmt: skip
-    logger.info("workflow %s[%s]: %s; step retried in %.2f s (uncounted)", workflow.name, key,
+    logger.info("workflow %s[%s]: %s; step retried in %.2f s (uncounted)", ctx.name, key,
                 type(error).__name__, countdown)  # fmt: skip
     raise task.retry(args=list(args), kwargs={}, countdown=countdown, exc=error) from error
 
@@ -198,7 +199,7 @@ def _deferred_since(app: Any, task_id: str) -> float:
 
 
 def _give_up_or_retry(
-    workflow: Workflow, task: Any, args: Sequence[Any], *, key: str, message: Message,
+    ctx: StepContext, task: Any, args: Sequence[Any], *, key: str, message: Message,
     ledger: StepLedger, cause: BaseException, raised: BaseException | None = None,
 ) -> NoReturn:  # fmt: skip
     """Retry the step by the policy (failures and lost runs both count), or dead-letter it.
@@ -206,12 +207,12 @@ def _give_up_or_retry(
     ``raised`` is what the step raised (``cause`` is the action's error inside it); a lost
     run raised nothing, so ``cause`` ends the task when the policy gives up.
     """
-    policy = workflow.retry_policy
+    policy = ctx.retry_policy
     counted = ledger.counted
     error = raised if raised is not None else cause
     if counted < policy.max_attempts and policy.should_retry(cause):
         countdown = policy.delay_ms(counted) / 1000.0
-        emit(FactKind.WORKFLOW_STEP_FAILED, workflow=workflow.name, outcome="retry",
+        emit(FactKind.WORKFLOW_STEP_FAILED, workflow=ctx.name, outcome="retry",
              error=type(cause).__name__)  # fmt: skip
         raise task.retry(args=list(args), kwargs={}, countdown=countdown, exc=error) from error
     if isinstance(cause, TimeLimitKilled):
@@ -222,17 +223,17 @@ def _give_up_or_retry(
         reason = DeadLetterReason.TASK_EXHAUSTED
     else:
         reason = DeadLetterReason.NON_RETRYABLE
-    _dead_letter(workflow, task, args, message, key, errors=list(ledger.errors),
+    _dead_letter(ctx, task, args, message, key, errors=list(ledger.errors),
                  attempts=counted, reason=reason)  # fmt: skip
-    emit(FactKind.WORKFLOW_STEP_FAILED, workflow=workflow.name, outcome="dead_letter",
+    emit(FactKind.WORKFLOW_STEP_FAILED, workflow=ctx.name, outcome="dead_letter",
          error=type(cause).__name__)  # fmt: skip
     raise error
 
 
-def _committed(workflow: Workflow, key: str, message: Message) -> bool:
+def _committed(ctx: StepContext, key: str, message: Message) -> bool:
     """Whether the inbox holds this message's receipt: the lost run had committed."""
     try:
-        entry = workflow.stores().inbox.get(workflow.store_key(key), message.id)
+        entry = ctx.stores().inbox.get(ctx.store_key(key), message.id)
     except Exception:
         return False
     # An entry without a receipt is a delivery in flight (or one that died holding it).
@@ -255,7 +256,7 @@ def _entry(source: str, error: BaseException, message: Message | None = None) ->
 
 
 def _dead_letter(
-    workflow: Workflow, task: Any, args: Sequence[Any], message: Message | None, key: str, *,
+    ctx: StepContext, task: Any, args: Sequence[Any], message: Message | None, key: str, *,
     errors: list[dict[str, str]], attempts: int, reason: DeadLetterReason,
 ) -> None:  # fmt: skip
     """Write the step's dead letter through the spool: a store outage keeps it on local disk.
@@ -265,18 +266,18 @@ def _dead_letter(
     (``workflow:<name>:<key>``), and it is reported as every dead letter is (log line,
     ``xsm_dead_letters_total``, Celery event).
     """
-    keys = DEFAULT_REDACT_KEYS + tuple(stores_for(workflow.app).settings.redact_keys)
+    keys = DEFAULT_REDACT_KEYS + tuple(stores_for(ctx.app).settings.redact_keys)
     snapshot: dict[str, Any] = {}
     state_id = ""
     if key:
         try:
-            record = workflow.stores().snapshots.load(workflow.store_key(key))
+            record = ctx.stores().snapshots.load(ctx.store_key(key))
         except StoreError:
             record = None
         if record is not None:
             snapshot = json.loads(record.snapshot)
             state_id = ",".join(snapshot.get("state_ids") or [])
-    machine = workflow.machine
+    machine = ctx.machine
     event = {"type": message.type or message.kind, "payload": dict(message.payload)} if message \
         else {"type": "", "payload": {}}  # fmt: skip
     letter = DeadLetter(
@@ -289,7 +290,7 @@ def _dead_letter(
         snapshot=redact(snapshot, keys),
         taken_at=time.time(),
         reason=reason.value,
-        topic=workflow_topic(workflow.name, key),
+        topic=workflow_topic(ctx.name, key),
         machine_hash=str(machine.structure_hash),
         machine_version=None if machine.version is None else str(machine.version),
         task_name=str(task.name),
@@ -298,30 +299,4 @@ def _dead_letter(
         task_kwargs={},
         hostname=getattr(task.request, "hostname", None),
     )
-    workflow_dead_letter(workflow, letter, key=key)
-
-
-def workflow_dead_letter(workflow: Workflow, letter: DeadLetter, *, key: str) -> None:
-    """Keep ``letter`` in the spool, write it to the dead-letter store, and report it.
-
-    Every workflow dead letter (a step's, a compensation's) goes through here, so each is
-    stored the same way and emits the same log line, metric and Celery event as a chart
-    task's.
-    """
-    stores = stores_for(workflow.app)
-    spool = DeadLetterSpool(stores.settings.dead_letter_spool)
-    spool.keep(letter)
-    facts = {"source": "workflow", "reason": letter.reason, "task": letter.task_name or "",
-             "task_id": letter.task_id or "", "workflow": workflow.name}  # fmt: skip
-    try:
-        store = stores.dead_letters()
-        spool.write_through(store, letter)
-    except Exception:
-        logger.warning("dead-letter store failed; the dead letter %s of workflow %s[%s] is kept "
-                       "in the spool %s and written when the store is back", letter.id,
-                       workflow.name, key, spool.directory, exc_info=True)  # fmt: skip
-        emit(FactKind.DEAD_LETTER_WRITTEN, stored=False, **facts)
-        emit(FactKind.DEAD_LETTER_SPOOLED, task=letter.task_name or "", reason=letter.reason)
-        return
-    emit(FactKind.DEAD_LETTER_WRITTEN, stored=True, **facts)
-    spool.flush(store)
+    workflow_dead_letter(ctx, letter, key=key)
