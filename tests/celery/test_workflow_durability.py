@@ -14,18 +14,32 @@ from celery import Celery
 from celery.exceptions import Retry
 from hypothesis import given
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
 
 from tests.celery.workflow_charts import order_machine
 from tests.celery.workflow_support import captured_facts
+from xsm_celery import hooks
 from xsm_celery.celery import Workflow, Xsm, fire_due_timers
 from xsm_celery.celery.stores import stores_for
 from xsm_celery.celery.workflow.ledger import StepLedger, ledger_key, read_ledger
 from xsm_celery.celery.workflow.step import Message
 from xsm_celery.errors import StoreUnavailableError, WorkflowStepError
 from xsm_celery.hooks import FactKind
+from xsm_celery.metrics.prometheus import PrometheusMetrics
 from xsm_celery.patterns import RetryPolicy
 
 CARD = "4111111111111111"
+
+
+@pytest.fixture
+def registry() -> Iterator[CollectorRegistry]:
+    """Prometheus metrics in a registry of their own, fed the facts of the test only."""
+    found = CollectorRegistry()
+    stop = hooks.subscribe(PrometheusMetrics(found).handle)
+    try:
+        yield found
+    finally:
+        stop()
 
 
 @pytest.fixture
@@ -59,8 +73,11 @@ def _letters(app: Celery) -> list[Any]:
     return list(stores_for(app).dead_letters().all())
 
 
-def test_an_always_failing_step_runs_max_attempts_times_then_one_dead_letter(app: Celery) -> None:
-    """Celery's max_retries=3 no longer ends the step: five runs, then one dead letter."""
+def test_an_always_failing_step_runs_max_attempts_times_then_one_dead_letter(
+    app: Celery, registry: CollectorRegistry
+) -> None:
+    """Celery's max_retries=3 no longer ends the step: five runs, then one dead letter, seen
+    by the documented alert's counter."""
     runs: list[int] = []
 
     def explode(interp: Any, ctx: Any, event: Any, action: Any) -> None:
@@ -80,6 +97,8 @@ def test_an_always_failing_step_runs_max_attempts_times_then_one_dead_letter(app
     assert len(letter.errors) == 5
     written = [f for f in facts if f.kind is FactKind.DEAD_LETTER_WRITTEN]
     assert [(f.fields["source"], f.fields["workflow"]) for f in written] == [("workflow", "order")]
+    labels = {"source": "workflow", "reason": "task_exhausted"}
+    assert registry.get_sample_value("xsm_dead_letters_total", labels) == 1
 
 
 @pytest.mark.parametrize(
@@ -187,7 +206,7 @@ def test_an_action_error_keeps_no_secret_of_the_payload(app: Celery) -> None:
 
 
 def test_a_task_step_row_stays_until_its_completion_and_beat_sends_it_again(
-    app: Celery, monkeypatch: pytest.MonkeyPatch
+    app: Celery, monkeypatch: pytest.MonkeyPatch, registry: CollectorRegistry
 ) -> None:
     """A dispatched task step keeps its row; overdue, the scan sends the task again with the
     same id and postpones the row; the completion deletes it."""
@@ -213,6 +232,10 @@ def test_a_task_step_row_stays_until_its_completion_and_beat_sends_it_again(
     assert again.due_at > row.due_at
     recovered = [f for f in facts if f.kind is FactKind.TIMER_FIRED]
     assert [f.fields["purpose"] for f in recovered] == ["workflow_task_step"]
+    # How late the instance was woken is a metric: the lag histogram by purpose.
+    lag = {"purpose": "workflow_task_step"}
+    assert registry.get_sample_value("xsm_timer_lag_seconds_count", lag) == 1
+    assert registry.get_sample_value("xsm_timer_lag_seconds_sum", lag) > 500
     done = Message(f"done:{task_id}", "done", invoke="charge", dispatch=task_id, data=1)
     assert orders.step("o-6", done).outcome == "applied"
     assert orders.stores().timers.due(1e12) == []
