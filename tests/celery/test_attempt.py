@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from xsm_celery.celery.attempt import Run, Settled, Verdict, run_chart
 from xsm_celery.celery.charts import load_task_chart
-from xsm_celery.celery.header import HEADER, ChartHeader, HeaderCodec
+from xsm_celery.celery.header import ChartHeader, HeaderCodec
 from xsm_celery.celery.machine import build_task_machine
 from xsm_celery.celery.task import CONTROL_EXCEPTIONS
 from xsm_celery.errors import ConfigurationError, WorkerLost
@@ -29,7 +29,7 @@ def machine_for(policy: RetryPolicy, chart: Any = None) -> Any:
 def header(machine: Any, snapshot: str | None, max_attempts: int = 6) -> ChartHeader | None:
     """The checked header a message carrying ``snapshot`` gives the next run."""
     codec = HeaderCodec.for_task("t", machine, RetryPolicy(max_attempts=max_attempts), None)
-    return codec.decode(None if snapshot is None else {HEADER: snapshot})
+    return codec.decode(None if snapshot is None else codec.encode(snapshot, "t-1"), "t-1")
 
 
 def failing(times: int, calls: list[int]) -> Callable[[], str]:

@@ -7,6 +7,7 @@ class-based ``ChartTask`` subclasses registered through ``celery_class_tasks``.
 from __future__ import annotations
 
 import json
+import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +17,7 @@ from celery import Celery
 from celery.signals import task_retry
 
 from xsm_celery.celery import HEADER, ChartTask
+from xsm_celery.celery.header import TASK_HEADER
 from xsm_celery.patterns import RetryPolicy
 from xsm_celery.sqlalchemy.urls import open_dead_letter_store
 
@@ -143,9 +145,10 @@ def test_a_forged_header_on_a_real_message_gets_exactly_the_policy(
         "machine_id": "task", "status": "running", "state_ids": ["task.retrying"],
         "context": FORGED_CONTEXTS[attack], "deadlines": [],
     }  # fmt: skip
-    tag = f"forged-{attack}"
+    tag, task_id = f"forged-{attack}", f"forged-{attack}-{uuid.uuid4().hex}"
+    headers = {HEADER: json.dumps(forged), TASK_HEADER: task_id}  # its own id: every check runs
     result = celery_session_app.send_task(
-        "inprocess.doomed", args=(tag,), headers={HEADER: json.dumps(forged)}
+        "inprocess.doomed", args=(tag,), headers=headers, task_id=task_id
     )
     with pytest.raises(ConnectionError):
         result.get(timeout=20, interval=0.01)

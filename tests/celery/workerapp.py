@@ -8,6 +8,7 @@ the test process can check exactly what the worker did.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -204,3 +205,22 @@ def overruns(tag: str, times: int) -> str:
     if _count(tag) <= times:
         time.sleep(30)
     return f"in-time:{tag}"
+
+
+def chart_headers_key(tag: str) -> str:
+    """Redis list of the ``xsm_chart*`` headers each run under ``tag`` received, as JSON."""
+    return f"xsm-test:chart-headers:{tag}"
+
+
+@xsm.task(
+    shared=False, bind=True, retry_policy=RetryPolicy(max_attempts=3, base_ms=20, jitter="none")
+)
+def records_headers(self: Any, tag: str, failures: int) -> str:
+    """Record each run's chart headers, fail ``failures`` times naming ``tag``, then succeed."""
+    chart = {k: v for k, v in (self.request.headers or {}).items() if k.startswith("xsm_chart")}
+    _redis.rpush(chart_headers_key(tag), json.dumps(chart))
+    _redis.expire(chart_headers_key(tag), 600)
+    count = _count(tag)
+    if count <= failures:
+        raise ConnectionError(f"{tag} failure {count}")
+    return f"ok:{tag}"

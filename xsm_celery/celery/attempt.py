@@ -40,6 +40,7 @@ from xsm_celery.errors import ConfigurationError, SnapshotError
 
 if TYPE_CHECKING:
     from xsm_celery.celery.header import ChartHeader
+    from xsm_celery.engine.timers import Timer
 
 __all__ = [
     "DEAD_LETTER_TAG",
@@ -205,8 +206,22 @@ def _resume(
         if reject is not None:
             reject("not waiting on a timer", str(sorted(interp.current_state_ids))[:120])
         return None
+    if _gives_up_unrun(interp, timer):
+        if reject is not None:
+            reject("gives up without running", str(sorted(interp.current_state_ids))[:120])
+        return None
     clock.advance_to(timer.due)
     return interp
+
+
+def _gives_up_unrun(interp: SyncInterpreter, timer: Timer) -> bool:
+    """Whether firing ``timer`` would enter a dead-letter state before ``work`` runs again.
+
+    No run writes such a header: when a failure's timer leads to a dead letter, ``_classify``
+    fires it in that same run. So only a forged or stale header waits on one, and restoring
+    it would end the task without running it; whatever the chart's guards read.
+    """
+    return any(DEAD_LETTER_TAG in node.tags for node in timer_entries(interp, timer))
 
 
 def _classify(

@@ -81,7 +81,7 @@ def execute(
     """
     if request is None:
         request = task.request
-    header = bound.codec.decode(request.headers)
+    header = bound.codec.decode(request.headers, str(request.id))
     facts = AttemptFacts.start(task, _attempt_of(header), request)
     if facts is None:
         return _execute(task, bound, args, kwargs, request, header=header, facts=None)
@@ -272,7 +272,8 @@ def _retry(
     delay_s = settled.delay_ms / 1000.0
     secrets = bound.writer.secrets(args, kwargs)
     mask_context_errors(interp.context, secrets)  # the interpreter ends with this run
-    headers: dict[str, Any] = dict(bound.codec.encode(interp.get_snapshot()))
+    snapshot = interp.get_snapshot()
+    headers: dict[str, Any] = dict(bound.codec.encode(snapshot, str(task.request.id)))
     workflow = _workflow_of(task.request)
     if workflow is not None:
         headers[WORKFLOW_HEADER] = workflow

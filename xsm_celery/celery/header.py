@@ -7,12 +7,21 @@ errors happened (they end up in the dead letter) and what else the context holds
 run uses it, the header must be:
 
 * a string of at most :data:`MAX_HEADER_CHARS` characters;
-* signed with ``xsm_signing_key`` when that setting is set (HMAC-SHA256 in the
-  :data:`SIGNATURE_HEADER` header; the production setting, see docs/celery.md);
+* written for this very task id (:data:`TASK_HEADER`): a header copied from another task,
+  and the error chain in it, is never used;
+* signed when a key is known (HMAC-SHA256 of the task id and the header in the
+  :data:`SIGNATURE_HEADER` header): ``xsm_signing_key``, or in a configured Django project a
+  key derived from ``SECRET_KEY`` (see :func:`signing_key` and docs/celery.md);
 * a running snapshot of this task's chart, waiting on a retry timer;
-* a context with an attempt counter in ``[0, max_attempts]`` and a well-formed error chain,
-  whose keys the chart owns (its initial ``context`` plus the retry policy's keys): in an
-  unsigned header any other key is dropped (and reported), never carried into the dead letter.
+* a context with an attempt counter in ``[0, max_attempts - 1]`` and a well-formed error
+  chain, whose keys the chart owns (its initial ``context`` plus the retry policy's keys): in
+  an unsigned header any other key is dropped (and reported), never carried into the dead
+  letter.
+
+No header, signed or not, can make a task give up without running its function: a waiting
+chart whose counter reached ``max_attempts`` was never written by a run (the last failure gives
+up in its own run), and ``attempt.run_chart`` refuses any header whose pending timer would
+lead straight to a dead-letter state.
 
 Anything else is rejected: the run starts the chart afresh, logs a warning and emits
 ``FactKind.HEADER_REJECTED`` with the task name and one of the fixed reasons below, so a
@@ -28,6 +37,8 @@ import hmac
 import json
 import logging
 import math
+import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -41,11 +52,16 @@ from xsm_celery.patterns import ERRORS_CONTEXT_KEY, RetryPolicy
 from xsm_celery.patterns.error_chain import MAX_ERROR_MESSAGE
 
 __all__ = [
+    "DJANGO_KEY_PURPOSE",
     "HEADER",
     "MAX_HEADER_CHARS",
     "SIGNATURE_HEADER",
+    "TASK_HEADER",
+    "UNSIGNED_WARNING",
     "ChartHeader",
     "HeaderCodec",
+    "django_secret_key",
+    "django_signing_key",
     "signing_key",
 ]
 
@@ -54,8 +70,35 @@ logger = logging.getLogger(__name__)
 #: The message header that carries the chart snapshot between runs.
 HEADER = "xsm_chart"
 
-#: The message header with the hex HMAC-SHA256 of :data:`HEADER`, when a key is set.
+#: The message header with the hex HMAC-SHA256 of the task id and :data:`HEADER`, when a
+#: key is known.
 SIGNATURE_HEADER = "xsm_chart_sig"
+
+#: The message header naming the task id :data:`HEADER` was written for. A run uses the
+#: header only under that id: Celery's retries and the durable timers keep the task id, a
+#: replay sends no header at all, so only a copy onto another task is refused.
+TASK_HEADER = "xsm_chart_task"
+
+#: What a key derived from Django's ``SECRET_KEY`` is for: the HMAC-SHA256 message under
+#: ``SECRET_KEY``. A fixed purpose keeps the derived key apart from every other use of the
+#: secret (sessions, password resets), so neither can stand in for the other.
+DJANGO_KEY_PURPOSE = b"xsm_celery.celery.header: xsm_chart signing key v1"
+
+#: What the signature covers before the task id and the header: a version, so that a MAC
+#: made for another format (the header alone, before task ids were signed) never verifies.
+_SIGNED_PREFIX = b"xsm_chart v2\n"
+
+#: Logged once at worker start when no key is known (see ``task._warn_unsigned_headers``).
+UNSIGNED_WARNING = (
+    "xsm_celery: the xsm_chart retry headers of this worker's chart tasks are not signed (no "
+    "xsm_signing_key, no Django SECRET_KEY). Anyone who can publish to the broker can write "
+    "one. An unsigned header can restart a task's retry budget (an attempt counter from 0 to "
+    "max_attempts - 1) and set the context keys its chart declares; it cannot skip the "
+    "task's function, make the task give up without running it, or carry the error chain of "
+    "another task id. To sign them, set app.conf.xsm_signing_key to the same random secret "
+    "on every worker (python -c 'import secrets; print(secrets.token_hex(32))'); see "
+    "docs/celery.md, 'The retry header is untrusted input'"
+)
 
 #: Longest header accepted, in characters: twenty full error entries and a custom context
 #: fit in a tenth of it, and anything larger is refused before it is parsed.
@@ -71,14 +114,18 @@ register_keys("xsm_signing_key")
 
 
 def signing_key(conf: Any) -> bytes | None:
-    """``xsm_signing_key`` of a Celery config as bytes, or None when it is not set.
+    """The key that signs chart headers, or None when headers go unsigned.
+
+    ``xsm_signing_key`` when it is set; otherwise, in a configured Django project, a key
+    derived from ``SECRET_KEY`` (:func:`django_signing_key`), so a Django project signs
+    without a setting of its own: every worker of it already shares that secret.
 
     Raises:
         ConfigurationError: the key is not a string or bytes, or shorter than 32 bytes.
     """
     raw = conf.get("xsm_signing_key")
     if raw is None or raw == "":
-        return None
+        return django_signing_key()
     if isinstance(raw, str):
         raw = raw.encode("utf-8")
     if not isinstance(raw, bytes):
@@ -95,13 +142,53 @@ def signing_key(conf: Any) -> bytes | None:
     return raw
 
 
+def django_signing_key() -> bytes | None:
+    """HMAC-SHA256(``SECRET_KEY``, :data:`DJANGO_KEY_PURPOSE`): 32 bytes, or None without Django.
+
+    The secret itself is never the key: the fixed purpose string keeps a header signature
+    from ever being a valid MAC for another of Django's uses of the secret, or the reverse.
+    """
+    secret = django_secret_key()
+    if secret is None:
+        return None
+    if isinstance(secret, str):
+        secret = secret.encode("utf-8")
+    return hmac.new(secret, DJANGO_KEY_PURPOSE, hashlib.sha256).digest()
+
+
+def django_secret_key() -> str | bytes | None:
+    """``SECRET_KEY`` of a configured Django project, or None.
+
+    Django is looked at only in a process that has imported it already (a project calling
+    ``settings.configure()``, Celery's Django fix-up) or that names a settings module in
+    ``DJANGO_SETTINGS_MODULE``: any other process never imports it. A settings module that
+    cannot be loaded, or an empty secret, counts as no secret: the worker then says at start
+    that its headers are unsigned.
+    """
+    named = bool(os.environ.get("DJANGO_SETTINGS_MODULE"))
+    if "django.conf" not in sys.modules and not named:
+        return None
+    try:
+        from django.conf import settings
+        from django.core.exceptions import ImproperlyConfigured
+    except ImportError:
+        return None
+    if not (settings.configured or named):
+        return None
+    try:
+        secret = settings.SECRET_KEY
+    except (ImportError, ImproperlyConfigured):
+        return None
+    return secret if isinstance(secret, str | bytes) and secret else None
+
+
 @dataclass(frozen=True, slots=True)
 class ChartHeader:
     """A header that passed every check: the parsed snapshot and its attempt counter."""
 
     #: The snapshot as a dict, ready for ``from_snapshot``.
     snapshot: dict[str, Any]
-    #: Attempts already spent, within ``[0, max_attempts]``.
+    #: Attempts already spent, within ``[0, max_attempts - 1]``.
     attempt: int
     #: Whether the snapshot was taken from the chart's current structure.
     same_structure: bool
@@ -149,14 +236,15 @@ class HeaderCodec:
             key=key,
         )
 
-    def encode(self, snapshot: str) -> dict[str, str]:
-        """The headers that carry ``snapshot`` to the next run (signed when a key is set)."""
-        if self.key is None:
-            return {HEADER: snapshot}
-        return {HEADER: snapshot, SIGNATURE_HEADER: self._sign(snapshot)}
+    def encode(self, snapshot: str, task_id: str) -> dict[str, str]:
+        """The headers that carry ``snapshot`` to the next run of ``task_id``, signed with a key."""
+        headers = {HEADER: snapshot, TASK_HEADER: task_id}
+        if self.key is not None:
+            headers[SIGNATURE_HEADER] = self._sign(snapshot, task_id)
+        return headers
 
-    def decode(self, headers: Mapping[str, Any] | None) -> ChartHeader | None:
-        """The checked header of a message, or None to start the chart afresh.
+    def decode(self, headers: Mapping[str, Any] | None, task_id: str) -> ChartHeader | None:
+        """The checked header of a message of ``task_id``, or None to start the chart afresh.
 
         A message without the header is a first run and passes silently; a header that
         fails a check is logged, reported as ``HEADER_REJECTED`` and ignored.
@@ -167,10 +255,20 @@ class HeaderCodec:
         if value is None:
             return None
         try:
-            return self._check(value, headers.get(SIGNATURE_HEADER))
+            self._check_origin(value, headers, task_id)
+            return self._check(value)
         except _Rejected as rejected:
             self.reject(rejected.reason, rejected.detail)
             return None
+
+    def verified_snapshot(self, headers: Mapping[str, Any] | None, task_id: str) -> dict[str, Any]:
+        """The snapshot of ``task_id``'s header if it passes every check, else ``{}``.
+
+        For a record written without running the chart (a dead letter of a deferred task):
+        it must not carry a counter or an error chain that was not written for this task.
+        """
+        header = self.decode(headers, task_id)
+        return {} if header is None else header.snapshot
 
     def reject(self, reason: str, detail: str = "", *, dropped: bool = False) -> None:
         """Log and report a header that cannot be used (also for one that fails to restore).
@@ -197,20 +295,34 @@ class HeaderCodec:
             )
         hooks.emit(hooks.FactKind.HEADER_REJECTED, task=self.task_name, reason=reason)
 
-    def _sign(self, value: str) -> str:
+    def _sign(self, value: str, task_id: str) -> str:
+        """HMAC-SHA256 of the task id (length-prefixed, so no split is ambiguous) and header."""
         assert self.key is not None
-        return hmac.new(self.key, value.encode("utf-8"), hashlib.sha256).hexdigest()
+        tid = task_id.encode("utf-8")
+        mac = hmac.new(self.key, _SIGNED_PREFIX, hashlib.sha256)
+        mac.update(b"%d:" % len(tid))
+        mac.update(tid)
+        mac.update(value.encode("utf-8"))
+        return mac.hexdigest()
 
-    def _check(self, value: Any, signature: Any) -> ChartHeader:
+    def _check_origin(self, value: Any, headers: Mapping[str, Any], task_id: str) -> None:
+        """Refuse what is too large, written for another task id, or wrongly signed."""
         if not isinstance(value, str):
             raise _Rejected("not a string", type(value).__name__)
         if len(value) > MAX_HEADER_CHARS:
             raise _Rejected("too large", f"{len(value)} characters")
-        if self.key is not None:
-            if not isinstance(signature, str):
-                raise _Rejected("unsigned")
-            if not hmac.compare_digest(self._sign(value), signature):
-                raise _Rejected("bad signature")
+        written_for = headers.get(TASK_HEADER)
+        if not isinstance(written_for, str) or written_for != task_id:
+            raise _Rejected("another task's header", repr(written_for)[:80])
+        if self.key is None:
+            return
+        signature = headers.get(SIGNATURE_HEADER)
+        if not isinstance(signature, str):
+            raise _Rejected("unsigned")
+        if not hmac.compare_digest(self._sign(value, task_id), signature):
+            raise _Rejected("bad signature")
+
+    def _check(self, value: str) -> ChartHeader:
         try:
             data = json.loads(value)
         except ValueError as exc:
@@ -239,8 +351,12 @@ class HeaderCodec:
         attempt = context.get(self.attempt_key, 0)
         if isinstance(attempt, bool) or not isinstance(attempt, int):
             raise _Rejected("attempt not an integer", repr(attempt)[:40])
-        if not 0 <= attempt <= self.max_attempts:
-            raise _Rejected("attempt out of range", f"{attempt} not in [0, {self.max_attempts}]")
+        if not 0 <= attempt < self.max_attempts:
+            # A run that spends the last attempt gives up in that run: a chart waiting with
+            # the budget spent was never written, and restoring it would give up unrun.
+            raise _Rejected(
+                "attempt out of range", f"{attempt} not in [0, {self.max_attempts - 1}]"
+            )
         if self.give_up_key in context:
             raise _Rejected("give-up mark in a waiting chart")
         delay = context.get(self.delay_key)

@@ -18,16 +18,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import logging
+import weakref
 from typing import Any, ClassVar
 
-from celery import Task
+from celery import Task, signals
 from celery.exceptions import Ignore, Reject, Retry
 
 from xsm_celery.celery.admission import run_admitted, run_breaker_guarded
 from xsm_celery.celery.charts import ChartSpec
 from xsm_celery.celery.execute import Bound, execute
 from xsm_celery.celery.fleet import fleet_plan
-from xsm_celery.celery.header import HeaderCodec, signing_key
+from xsm_celery.celery.header import UNSIGNED_WARNING, HeaderCodec, signing_key
 from xsm_celery.celery.machine import build_task_machine, first_attempt
 from xsm_celery.celery.serialization import require_json
 from xsm_celery.celery.settings import read_settings
@@ -37,7 +39,9 @@ from xsm_celery.errors import ConfigurationError, WorkerLost
 from xsm_celery.patterns import RetryPolicy
 from xsm_celery.patterns.retry import ExceptionTypes
 
-__all__ = ["CONTROL_EXCEPTIONS", "ChartTask", "REFUSED_OPTIONS"]
+__all__ = ["CONTROL_EXCEPTIONS", "ChartTask", "REFUSED_OPTIONS", "warn_if_unsigned"]
+
+logger = logging.getLogger(__name__)
 
 #: Celery's control-flow exceptions: raised by a task to steer Celery, never a failure.
 CONTROL_EXCEPTIONS: tuple[type[BaseException], ...] = (Retry, Ignore, Reject)
@@ -249,3 +253,37 @@ def _signature(cls: type[ChartTask]) -> inspect.Signature | None:
     if not isinstance(raw, staticmethod) and params:
         params = params[1:]
     return signature.replace(parameters=params)
+
+
+_warned: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+@signals.worker_ready.connect
+def _warn_unsigned_headers(sender: Any = None, **_: Any) -> None:
+    """Say at worker start, once, that this worker's chart headers go unsigned.
+
+    ``worker_ready`` is sent in the worker's main process, after its logging is set up and
+    never in a pool child, so the warning is in the worker's log once, not once per task.
+    """
+    app = getattr(sender, "app", None)
+    if app is not None:
+        warn_if_unsigned(app)
+
+
+def warn_if_unsigned(app: Any) -> bool:
+    """Log ``UNSIGNED_WARNING`` if ``app`` runs chart tasks with no signing key; once per app.
+
+    Returns True when it warned. An app without chart tasks has no header to sign, and one
+    with a key (``xsm_signing_key`` or Django's ``SECRET_KEY``) signs them: both stay quiet.
+    """
+    if app in _warned:
+        return False
+    _warned.add(app)
+    if signing_key(app.conf) is not None or not _has_chart_tasks(app):
+        return False
+    logger.warning(UNSIGNED_WARNING)
+    return True
+
+
+def _has_chart_tasks(app: Any) -> bool:
+    return any(isinstance(task, ChartTask) for task in list(app.tasks.values()))
