@@ -2,9 +2,10 @@
 
 Configured from the environment like ``workerapp`` (broker, backend, queue, stores), plus
 ``XSM_TEST_FLEET_REDIS`` (the Redis holding the fleet state: the shared one or a private
-one a test restarts), ``XSM_TEST_FLEET_PREFIX`` (fleet keys of this test only) and
-``XSM_TEST_RATE`` (the fleet rate N per second). Task bodies record what they see in the
-backend's Redis under their tag, so the test can check what happened inside the bodies.
+one a test restarts), ``XSM_TEST_FLEET_PREFIX`` (fleet keys of this test only),
+``XSM_TEST_RATE`` (the fleet rate N per second) and ``XSM_TEST_MAX_DEFERRAL_S``. Task bodies
+record what they see in the backend's Redis under their tag, so the test can check what
+happened inside the bodies.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ app.conf.update(
     xsm_timer_store=os.environ.get("XSM_TEST_TIMERS", "sqlite:///xsm_fleet_timers.db"),
     xsm_redis_url=os.environ.get("XSM_TEST_FLEET_REDIS", "redis://127.0.0.1:6379/14"),
     xsm_fleet_prefix=os.environ.get("XSM_TEST_FLEET_PREFIX", "xsm-test-fleet:"),
+    xsm_fleet_max_deferral_s=float(os.environ.get("XSM_TEST_MAX_DEFERRAL_S", "3600")),
     xsm_breakers={
         "probes": {"failure_threshold": 1, "cooldown_ms": 3_000, "half_open_max_calls": 2},
     },
@@ -150,3 +152,22 @@ def adaptive(tag: str, hold: float, fail: bool) -> None:
         _redis.decr(key(tag, "running"))
     if fail:
         raise ConnectionError("the dependency failed")
+
+
+@xsm.task(
+    shared=False, fleet_rate_limit=RateLimit("2/s", burst=1, key=lambda tag, api_key: api_key)
+)
+def per_api_key(tag: str, api_key: str) -> None:
+    """Record a run under a per-key limit keyed on a secret-shaped argument."""
+    _redis.rpush(key(tag, "times"), repr(time.time()))
+
+
+@xsm.task(shared=False, fleet_concurrency=Concurrency(2, key=lambda tag, hold: tag, lease_s=2))
+def long_holder(tag: str, hold: float) -> None:
+    """Hold one of two slots (2 s leases) for ``hold`` seconds, counting the bodies at once."""
+    running = _redis.incr(key(tag, "running"))
+    _redis.rpush(key(tag, "seen"), running)
+    try:
+        time.sleep(hold)
+    finally:
+        _redis.decr(key(tag, "running"))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests import services
+from tests.celery.admission_support import app_factory, closed_port, deliver
 from tests.celery.queues import drain_queue
 from xsm_celery import hooks
 from xsm_celery.celery import Xsm
@@ -38,54 +38,10 @@ from xsm_celery.patterns import RetryPolicy
 from xsm_celery.sqlalchemy.urls import open_dead_letter_store
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def make_app() -> Iterator[Callable[..., Celery]]:
-    """Build apps on a memory broker with the fleet on the shared Redis; clean up after."""
-    services.require("redis")
-    prefix = f"xsm-test-admit-{uuid.uuid4().hex[:8]}:"
-    apps: list[Celery] = []
-
-    def build(**conf: Any) -> Celery:
-        app = Celery(f"admission-{uuid.uuid4().hex[:6]}", set_as_current=False)
-        queue = f"xsm-admit-{uuid.uuid4().hex[:8]}"
-        defaults = {
-            "broker_url": "memory://",
-            "task_default_queue": queue,
-            "xsm_redis_url": services.REDIS_URL,
-            "xsm_fleet_prefix": prefix,
-            "xsm_dead_letter_store": f"memory://{queue}",
-            "xsm_attempt_markers": "memory://",
-        }
-        app.conf.update({**defaults, **conf})
-        apps.append(app)
-        return app
-
-    yield build
-    import redis
-
-    client = redis.Redis.from_url(services.REDIS_URL)
-    keys = list(client.scan_iter(match=f"{prefix}*", count=500))
-    if keys:
-        client.delete(*keys)
-
-
-def deliver(task: Any, *args: Any, headers: dict[str, Any] | None = None) -> Any:
-    """Run one delivery of ``task`` in this process, as a worker would."""
-    task.push_request(
-        id=str(uuid.uuid4()), args=list(args), kwargs={}, headers=headers or {},
-        delivery_info={"exchange": "", "routing_key": task.app.conf.task_default_queue},
-        is_eager=False, called_directly=False, retries=0, hostname="test@host",
-    )  # fmt: skip
-    try:
-        return task(*args)
-    finally:
-        task.pop_request()
+    """Apps on a memory broker with the fleet on the shared Redis, cleaned up after."""
+    yield from app_factory()
 
 
 def define(app: Celery, **options: Any) -> Any:
@@ -170,11 +126,15 @@ def test_a_task_deferred_past_the_bound_is_dead_lettered_with_its_own_reason(
     from xsm_celery.redis.concurrency import RedisSlots
     from xsm_celery.redis.fleet_store import FleetRedis
 
-    RedisSlots(FleetRedis(services.REDIS_URL, prefix=app.conf.xsm_fleet_prefix), "starved", 1,
-               lease_s=60).try_acquire()  # fmt: skip
-    old = json.dumps({"first": 0.0, "count": 41, "reason": "no_slot"})
+    store = FleetRedis(services.REDIS_URL, prefix=app.conf.xsm_fleet_prefix)
+    RedisSlots(store, "starved", 1, lease_s=60).try_acquire()
+    # Redis' record says the first deferral was two minutes ago, 41 deferrals since.
+    task_id = str(uuid.uuid4())
+    first_ms = int(store.server_time() * 1000) - 120_000
+    store.client.hset(f"{store.prefix}deferrals:{task_id}", mapping={"first": first_ms,
+                                                                      "count": 41})  # fmt: skip
     with pytest.raises(DeferredTooLongError) as raised:
-        deliver(starved, headers={DEFERRAL_HEADER: old})
+        deliver(starved, task_id=task_id)
     assert raised.value.deferrals == 42
     [record] = open_dead_letter_store(app.conf.xsm_dead_letter_store).list()
     assert record.reason == "deferred_too_long"
@@ -186,7 +146,7 @@ def test_redis_down_follows_each_options_choice(
     make_app: Callable[..., Celery], facts: list[hooks.Fact], caplog: pytest.LogCaptureFixture
 ) -> None:
     """With Redis unreachable an 'open' limit runs the task and warns; a 'closed' one defers."""
-    app = make_app(xsm_redis_url=f"redis://127.0.0.1:{_closed_port()}/0")
+    app = make_app(xsm_redis_url=f"redis://127.0.0.1:{closed_port()}/0")
     xsm = Xsm(app)
 
     @xsm.task(shared=False, name="t.open", fleet_rate_limit=RateLimit("5/s", on_redis_down="open"))
@@ -271,7 +231,7 @@ def test_a_scheduled_retry_counts_as_a_failure_for_the_fleet_breaker(
     ("options", "message"),
     [
         ({"fleet_rate_limit": "fast"}, "is not a rate"),
-        ({"fleet_concurrency": 0}, "fleet_concurrency must be an integer >= 1"),
+        ({"fleet_concurrency": 0}, "fleet_concurrency=0 is out of range: a whole number from 1"),
         ({"fleet_concurrency": "3"}, "must be an integer, Concurrency(3) or AIMD"),
         ({"breaker": "paymnets"}, "unknown breaker 'paymnets'; did you mean 'payments'? Valid"),
         ({"breaker": "zzz"}, "unknown breaker 'zzz'. Valid names: payments (the breakers"),

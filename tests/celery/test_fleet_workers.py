@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
 import redis as redis_lib
 
-from tests import services
-from tests.celery.conftest import _with_db
-from tests.celery.workers import BACKEND_DB, BROKER_DB, Cluster, wait_for
+from tests.celery.fleet_cluster import RATE, FleetCluster, fleet_cluster, rate_over, times_of
+from tests.celery.workers import wait_for
 from tests.kombu.private_redis import PrivateRedis
 from xsm_celery.redis.breaker_state import FleetBreaker
 from xsm_celery.redis.concurrency import AimdParams, RedisSlots
@@ -25,71 +22,17 @@ from xsm_celery.redis.fleet_store import FleetRedis
 
 pytestmark = pytest.mark.slow
 
-APP = "tests.celery.fleetapp"
-RATE = 10.0
-
-
-class FleetCluster(Cluster):
-    """A cluster running ``fleetapp`` with a fleet Redis and a key prefix of its own."""
-
-    fleet_redis: str = ""
-    prefix: str = ""
-
-    def env(self) -> dict[str, str]:
-        """The cluster's environment plus the fleet settings."""
-        return {
-            **super().env(),
-            "XSM_TEST_FLEET_REDIS": self.fleet_redis,
-            "XSM_TEST_FLEET_PREFIX": self.prefix,
-            "XSM_TEST_RATE": repr(RATE),
-        }
-
-    def start_worker(self, name: str, pool: str = "prefork", processes: int = 1) -> Any:
-        """A ``fleetapp`` worker with ``processes`` pool processes."""
-        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - lives with the process
-        args = [sys.executable, "-m", "celery", "-A", APP, "worker", "-P", pool,
-                "-c", str(processes), "-n", f"{name}@%h", "-Q", self.queue, "-l", "INFO",
-                "--without-gossip", "--without-mingle", "--without-heartbeat"]  # fmt: skip
-        proc = subprocess.Popen(args, cwd=self.workdir, env=self.env(), stdout=log, stderr=log)
-        self.procs.append(proc)
-        self._wait_ready(name, proc)
-        return proc
-
 
 @pytest.fixture
 def fleet(tmp_path: Path) -> Iterator[FleetCluster]:
     """A fleet cluster on the shared Redis (broker, results and fleet state)."""
-    services.require("redis")
-    group = FleetCluster(
-        broker=_with_db(services.REDIS_URL, BROKER_DB),
-        backend=_with_db(services.REDIS_URL, BACKEND_DB),
-        workdir=tmp_path,
-    )
-    group.fleet_redis = _with_db(services.REDIS_URL, BACKEND_DB)
-    group.prefix = f"xsm-test-fleet-{uuid.uuid4().hex[:8]}:"
-    try:
-        yield group
-    finally:
-        group.close()
-        if group.fleet_redis.endswith(f"/{BACKEND_DB}"):  # the shared one, not a private one
-            client = redis_lib.Redis.from_url(group.fleet_redis)
-            keys = list(client.scan_iter(match=f"{group.prefix}*", count=500))
-            if keys:
-                client.delete(*keys)
+    yield from fleet_cluster(tmp_path)
 
 
 @pytest.fixture
 def results(fleet: FleetCluster) -> redis_lib.Redis:
     """The Redis the task bodies record into."""
     return redis_lib.Redis.from_url(fleet.backend)
-
-
-def _times(results: redis_lib.Redis, tag: str) -> list[float]:
-    return sorted(float(t) for t in results.lrange(f"xsm-test-fleet:{tag}:times", 0, -1))
-
-
-def _rate_over(times: list[float], start: float, seconds: float) -> float:
-    return sum(1 for t in times if start <= t < start + seconds) / seconds
 
 
 def test_a_fleet_rate_holds_across_two_workers_where_celerys_doubles(
@@ -103,15 +46,15 @@ def test_a_fleet_rate_holds_across_two_workers_where_celerys_doubles(
     # Celery's limit is per worker: two workers run it at about 2N.
     for _ in range(int(RATE * 8)):
         producer.send_task("tests.celery.fleetapp.celery_rated", args=[celery_tag])
-    wait_for(lambda: len(_times(results, celery_tag)) >= RATE * 8, 60, "Celery-rated runs")
-    times = _times(results, celery_tag)
-    celery_rate = _rate_over(times, times[0] + 0.5, 3.0)
+    wait_for(lambda: len(times_of(results, celery_tag)) >= RATE * 8, 60, "Celery-rated runs")
+    times = times_of(results, celery_tag)
+    celery_rate = rate_over(times, times[0] + 0.5, 3.0)
     assert celery_rate >= 1.6 * RATE, celery_rate
     for _ in range(int(RATE * 16)):
         producer.send_task("tests.celery.fleetapp.fleet_rated", args=[fleet_tag])
-    wait_for(lambda: len(_times(results, fleet_tag)) >= RATE * 13, 60, "13 s of fleet-rated runs")
-    times = _times(results, fleet_tag)
-    measured = _rate_over(times, times[0] + 1.0, 10.0)
+    wait_for(lambda: len(times_of(results, fleet_tag)) >= RATE * 13, 60, "13 s of fleet-rated runs")
+    times = times_of(results, fleet_tag)
+    measured = rate_over(times, times[0] + 1.0, 10.0)
     assert abs(measured - RATE) <= 0.1 * RATE, (measured, len(times))
     assert results.llen(f"xsm-test-fleet:{fleet_tag}:deferrals") > 0
 
@@ -255,7 +198,7 @@ def test_a_fleet_sliding_window_holds_across_two_workers(
     sent = [producer.send_task("tests.celery.fleetapp.windowed", args=[tag]) for _ in range(15)]
     for result in sent:
         result.get(timeout=90)
-    times = _times(results, tag)
+    times = times_of(results, tag)
     assert len(times) == 15
     # Bodies record a moment after their admission (by Redis time): allow 0.2 s for that.
     busiest = max(sum(1 for t in times if start <= t < start + 1.8) for start in times)
@@ -296,4 +239,25 @@ def test_an_aimd_pool_adapts_one_shared_limit_across_two_workers(
         failing.get(timeout=60)
     assert pool.state()["limit"] == 1  # floor(3 * 0.5)
     assert pool.state()["held"] == 0
+    producer.close()
+
+
+def test_renewal_keeps_a_short_lease_held_and_the_limit_exact(
+    fleet: FleetCluster, results: redis_lib.Redis
+) -> None:
+    """Bodies three and a half 2 s leases long on four processes: never more than 2 at once."""
+    fleet.start_worker("l1", processes=2)
+    fleet.start_worker("l2", processes=2)
+    producer = fleet.producer()
+    tag = uuid.uuid4().hex[:8]
+    started = time.monotonic()
+    sent = [producer.send_task("tests.celery.fleetapp.long_holder", args=[tag, 7.0])
+            for _ in range(4)]  # fmt: skip
+    for result in sent:
+        result.get(timeout=90)
+    seen = [int(v) for v in results.lrange(f"xsm-test-fleet:{tag}:seen", 0, -1)]
+    assert len(seen) == 4
+    assert max(seen) == 2
+    assert time.monotonic() - started >= 14.0  # two rounds of two
+    assert "ran out before it was renewed" not in fleet.log("l1") + fleet.log("l2")
     producer.close()

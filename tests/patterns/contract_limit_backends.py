@@ -11,6 +11,8 @@ runs against that implementation::
 The suites use only the Protocols of ``xsm_celery.patterns.limit_protocols`` and real time
 (windows of a few hundred milliseconds), so a backend that reads its server's clock passes
 them as well as the memory ones. Every key is fresh per test, so a shared server is fine.
+Lease tests wait ``short_lease_s``: 0.3 s in memory, overridden with the 2 s floor that
+``checks.FLEET_LEASE_S`` sets for a lease kept in Redis.
 """
 
 from __future__ import annotations
@@ -137,6 +139,9 @@ class RateLimitBackendContract:
 class ConcurrencyBackendContract:
     """What leased slots promise: a limit, idempotent holders, reclaimed leases."""
 
+    #: The shortest lease the backend accepts that the lease tests can wait out.
+    short_lease_s = 0.3
+
     def test_the_limit_holds_and_a_refusal_waits(self, backend: ConcurrencyBackend) -> None:
         """Two slots: two holders admitted, the third refused with a wait within the lease."""
         key = fresh("limit")
@@ -165,19 +170,20 @@ class ConcurrencyBackendContract:
     def test_an_expired_lease_is_reclaimed(self, backend: ConcurrencyBackend) -> None:
         """A holder that stops renewing loses its slot after the lease, and cannot renew."""
         key = fresh("expire")
-        backend.acquire(key, "dead", 1, 0.2)
+        backend.acquire(key, "dead", 1, self.short_lease_s)
         assert not backend.acquire(key, "b", 1, 5.0).allowed
-        time.sleep(0.3)
+        time.sleep(self.short_lease_s * 1.2)
         assert backend.acquire(key, "b", 1, 5.0).allowed
         assert backend.renew(key, "dead", 5.0) is False
 
     def test_renewing_keeps_the_slot(self, backend: ConcurrencyBackend) -> None:
         """A lease renewed before it runs out is still held after the original lease."""
         key = fresh("renew")
-        backend.acquire(key, "a", 1, 0.3)
-        time.sleep(0.15)
-        assert backend.renew(key, "a", 0.3) is True
-        time.sleep(0.25)
+        lease = self.short_lease_s
+        backend.acquire(key, "a", 1, lease)
+        time.sleep(lease / 2)
+        assert backend.renew(key, "a", lease) is True
+        time.sleep(lease * 5 / 6)
         assert backend.in_use(key) == 1
         assert not backend.acquire(key, "b", 1, 5.0).allowed
 

@@ -115,25 +115,25 @@ def test_slots_are_limited_and_released(store: FleetRedis) -> None:
 
 
 def test_a_dead_holders_slot_is_reclaimed_after_its_lease(store: FleetRedis) -> None:
-    """A slot never renewed or released frees itself once its 1 s lease ends."""
-    slots = RedisSlots(store, "dead", 1, lease_s=1.0)
+    """A slot never renewed or released frees itself once its 2 s lease (the floor) ends."""
+    slots = RedisSlots(store, "dead", 1, lease_s=2.0)
     assert slots.try_acquire()[0].admitted
     assert not slots.try_acquire()[0].admitted
-    time.sleep(1.05)
+    time.sleep(2.05)
     assert slots.try_acquire()[0].admitted
 
 
 def test_renewal_keeps_a_slot_past_its_lease(store: FleetRedis) -> None:
-    """A renewed lease outlives its first 1.5 s; a lost one is reported as lost."""
-    slots = RedisSlots(store, "renew", 1, lease_s=1.5)
+    """A renewed lease outlives its first 2 s; a lost one is reported as lost."""
+    slots = RedisSlots(store, "renew", 1, lease_s=2.0)
     renewer = LeaseRenewer()
     _decision, lease = slots.try_acquire()
     assert lease is not None
     renewer.hold(lease)
-    time.sleep(2.0)
+    time.sleep(2.7)
     assert not slots.try_acquire()[0].admitted
     renewer.drop(lease)
-    time.sleep(1.6)
+    time.sleep(2.1)
     assert slots.renew([lease.holder]) == [lease.holder]
 
 
@@ -226,13 +226,13 @@ def test_a_stale_outcome_is_dropped(store: FleetRedis) -> None:
 def test_a_lost_probe_counts_as_failed_after_its_timeout(store: FleetRedis) -> None:
     """A probe that never reports reopens the circuit once probe_timeout_ms passed."""
     breaker = FleetBreaker(
-        store, "lost", check_interval_ms=0, probe_timeout_ms=100,
+        store, "lost", check_interval_ms=0, probe_timeout_ms=1_000,
         failure_threshold=1, cooldown_ms=50,
     )  # fmt: skip
     breaker.record(breaker.admit(), "failure")
     time.sleep(0.07)
     assert breaker.admit().probe
-    time.sleep(0.12)
+    time.sleep(1.05)
     with pytest.raises(CircuitOpenError):
         breaker.admit()
     assert breaker.state()["opened_count"] == 2

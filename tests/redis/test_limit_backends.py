@@ -13,6 +13,7 @@ from tests.patterns.contract_limit_backends import (
     ConcurrencyBackendContract,
     RateLimitBackendContract,
 )
+from xsm_celery.checks import FLEET_LEASE_S
 from xsm_celery.redis.fleet_store import FleetRedis
 from xsm_celery.redis.limit_backends import (
     RedisBreakerStateBackend,
@@ -43,6 +44,8 @@ class TestRedisRateLimitBackend(RateLimitBackendContract):
 
 class TestRedisConcurrencyBackend(ConcurrencyBackendContract):
     """``RedisConcurrencyBackend`` keeps the leased slot contract."""
+
+    short_lease_s = FLEET_LEASE_S.low
 
     @pytest.fixture
     def backend(self, store: FleetRedis) -> RedisConcurrencyBackend:

@@ -22,7 +22,6 @@ logs a warning (at most every 10 s per option) and counts it in ``FLEET_COUNTERS
 
 from __future__ import annotations
 
-import collections
 import json
 import logging
 import random
@@ -37,6 +36,14 @@ from celery.utils.dispatch import Signal
 
 from xsm_celery.celery.execute import execute
 from xsm_celery.celery.fleet import FleetPlan
+from xsm_celery.celery.fleet_headers import (
+    DEFERRAL_HEADER,
+    FLEET_COUNTERS,
+    RESERVATION_HEADER,
+    deferral_history,
+    ignored,
+    reservation_claim,
+)
 from xsm_celery.errors import CircuitOpenError, DeferredTooLongError, StoreUnavailableError
 from xsm_celery.hooks import FactKind, emit
 
@@ -53,12 +60,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: The message header that carries the deferral history: first deferral (epoch s) and count.
-DEFERRAL_HEADER = "xsm_deferral"
-
-#: The message header naming the rate limit whose token a deferred message already holds.
-RESERVATION_HEADER = "xsm_rate_reserved"
-
 #: The result state of a task waiting for a token, a slot or a breaker's cooldown.
 DEFERRED_STATE = "DEFERRED"
 
@@ -68,9 +69,6 @@ DEFERRED_STATE = "DEFERRED"
 task_deferred = Signal(
     name="xsm_task_deferred", providing_args=["request", "reason", "limit", "countdown"]
 )
-
-#: Counts of what admission did in this process, by (event, option kind).
-FLEET_COUNTERS: collections.Counter[tuple[str, str]] = collections.Counter()
 
 _warned: dict[str, float] = {}
 _warn_lock = threading.Lock()
@@ -119,15 +117,20 @@ def run_admitted(
     """Admit this delivery and run ``body``, or defer it (see the module docstring)."""
     held = _Held()
     call_args, call_kwargs = tuple(args), dict(kwargs)
-    reserved_for = (task.request.headers or {}).get(RESERVATION_HEADER)
+    request = task.request
+    headers = request.headers or {}
+    claim = reservation_claim(headers, plan.task_name) if RESERVATION_HEADER in headers else None
     reserve_max_ms = bound.settings.timer_countdown_max_s * 1000.0
+    asked = _Asked(str(request.id or ""), claim, reserve_max_ms)
     try:
-        _admit(plan, held, call_args, call_kwargs, reserved_for, reserve_max_ms)
+        _admit(plan, held, call_args, call_kwargs, asked)
     except _Defer as defer:
         _release(plan, held, failed=False, outcome="ignored")
         raise _deferral(
             task, plan, bound=bound, args=call_args, kwargs=call_kwargs, defer=defer
         ) from None
+    if DEFERRAL_HEADER in headers:
+        _forget_deferrals(plan, asked.task_id)
     for name in held.limits:
         emit(FactKind.LIMIT_ADMITTED, limit=name, task=plan.task_name)
     held.started_ms = time.monotonic() * 1000.0
@@ -139,6 +142,26 @@ def run_admitted(
         raise
     _release(plan, held, failed=False, outcome="success")
     return result
+
+
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """What one delivery brings to admission besides its arguments."""
+
+    task_id: str
+    #: The limit a reservation header points at (checked against Redis, never trusted).
+    claim: str | None
+    reserve_max_ms: float
+
+
+def _forget_deferrals(plan: FleetPlan, task_id: str) -> None:
+    """An admitted task's deferral history is done with; a later retry starts its own."""
+    if not task_id:
+        return
+    try:
+        plan.records().forget_deferrals(task_id)
+    except StoreUnavailableError:
+        logger.debug("could not drop the deferral history of %s", task_id, exc_info=True)
 
 
 def _outcome_of(exc: BaseException) -> str:
@@ -190,26 +213,21 @@ def _report(plan: FleetPlan, breaker: Any, admitted: Any, outcome: str) -> None:
         logger.warning("could not report to fleet breaker %r: %s", plan.breaker_name, exc)
 
 
-def _admit(  # noqa: PLR0917 - one private call site
-    plan: FleetPlan,
-    held: _Held,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    reserved_for: str | None,
-    reserve_max_ms: float,
+def _admit(
+    plan: FleetPlan, held: _Held, args: tuple[Any, ...], kwargs: dict[str, Any], asked: _Asked
 ) -> None:
     deadline = time.monotonic() + plan.settings.max_wait_ms / 1000.0
     if plan.breaker_name is not None:
         _admit_breaker(plan, held)
         held.limits += (plan.breaker_name,)
     if plan.rate is not None:
-        name = plan.name_for(plan.rate.key, args, kwargs)
+        name = plan.name_for(plan.rate, args, kwargs)
         held.limits += (name,)
-        if reserved_for != name:
+        if not _reservation_taken(plan, name, asked):
             _admit_rate(plan.limiter("rate", name), name, plan.rate.on_redis_down, deadline,
-                        reserve_max_ms)  # fmt: skip
+                        asked.reserve_max_ms)  # fmt: skip
     if plan.concurrency is not None:
-        name = plan.name_for(plan.concurrency.key, args, kwargs)
+        name = plan.name_for(plan.concurrency, args, kwargs)
         held.limits += (name,)
         slots = plan.limiter("slots", name)
         from xsm_celery.redis.concurrency import RENEWER, new_holder
@@ -245,6 +263,26 @@ def _admit_rate(limiter: Any, name: str, down: str, deadline: float, reserve_max
         time.sleep(decision.wait_ms / 1000.0)
         return
     raise _Defer("rate_limited", name, decision.wait_ms, reserved=decision.reserved)
+
+
+def _reservation_taken(plan: FleetPlan, name: str, asked: _Asked) -> bool:
+    """Whether Redis held a token reserved for this task on ``name`` (now consumed).
+
+    The header only says where to look: a claim Redis does not back is counted, logged
+    once and ignored, and the task asks for a token like any other.
+    """
+    if asked.claim is None:
+        return False
+    if asked.claim != name:
+        ignored(RESERVATION_HEADER, "names another limit", plan.task_name)
+        return False
+    try:
+        taken = bool(asked.task_id) and plan.records().take(name, asked.task_id)
+    except StoreUnavailableError:
+        return False  # the token request that follows applies on_redis_down
+    if not taken:
+        ignored(RESERVATION_HEADER, "no reservation in Redis", plan.task_name)
+    return taken
 
 
 def _admit_breaker(plan: FleetPlan, held: _Held) -> None:
@@ -333,11 +371,9 @@ def _deferral(
     """Re-publish the message with its countdown (or dead-letter it); return what to raise."""
     request = task.request
     headers = dict(request.headers or {})
-    history = _history(headers.get(DEFERRAL_HEADER))
-    now = time.time()
-    first = float(history.get("first", now))
-    count = int(history.get("count", 0)) + 1
-    if now - first > plan.settings.max_deferral_s:
+    task_id = str(request.id or "")
+    first, count, now, counted = _note_deferral(plan, task_id, headers)
+    if counted and now - first > plan.settings.max_deferral_s:
         return _dead_letter(
             task,
             plan,
@@ -350,11 +386,10 @@ def _deferral(
         )
     countdown = min(jittered_countdown(defer.wait_ms), bound.settings.timer_countdown_max_s)
     headers[DEFERRAL_HEADER] = json.dumps({"first": first, "count": count, "reason": defer.reason})
-    if defer.reserved:
+    headers.pop(RESERVATION_HEADER, None)
+    if defer.reserved and _hold_reservation(plan, defer, task_id):
         headers[RESERVATION_HEADER] = defer.limit
         countdown = max(countdown, defer.wait_ms / 1000.0)  # never before its own token
-    else:
-        headers.pop(RESERVATION_HEADER, None)
     signature = task.signature_from_request(
         request, list(args), kwargs, countdown=countdown, headers=headers, retries=request.retries
     )
@@ -386,14 +421,40 @@ def _deferral(
     return Ignore()
 
 
-def _history(raw: Any) -> dict[str, Any]:
-    if not raw:
-        return {}
+def _note_deferral(
+    plan: FleetPlan, task_id: str, headers: dict[str, Any]
+) -> tuple[float, int, float, bool]:
+    """(first deferral, deferrals, now, counted) of this task, from Redis when it answers.
+
+    While Redis cannot be reached the header's history (if it is in range) is carried on,
+    but not counted: a header alone never dead-letters a task, and an outage is waited out.
+    """
+    if task_id:
+        try:
+            first, count, now = plan.records().note_deferral(task_id, plan.settings.max_deferral_s)
+            return first, count, now, True
+        except StoreUnavailableError:
+            pass
+    now = time.time()
+    claimed = deferral_history(headers, plan.task_name, now)
+    if claimed is None:
+        return now, 1, now, False
+    return claimed.first, claimed.count + 1, now, False
+
+
+def _hold_reservation(plan: FleetPlan, defer: _Defer, task_id: str) -> bool:
+    """Record in Redis the token the limiter reserved for this task; False if it cannot.
+
+    Without the record the deferred message asks for a token again when it comes back, so
+    the reserved one goes unused: the limit is never exceeded, only briefly under-used.
+    """
+    if not task_id:
+        return False
     try:
-        value = json.loads(raw) if isinstance(raw, str) else raw
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+        plan.records().reserve(defer.limit, task_id, defer.wait_ms)
+    except StoreUnavailableError:
+        return False
+    return True
 
 
 def _dead_letter(
@@ -408,7 +469,6 @@ def _dead_letter(
     count: int,
 ) -> BaseException:
     from xsm_celery.celery.dead_letters import TaskFailure
-    from xsm_celery.celery.execute import HEADER
 
     error = DeferredTooLongError(
         f"task {task.name}[{task.request.id}] was deferred {count} times over {waited_s:.0f} s "
@@ -418,7 +478,7 @@ def _dead_letter(
         limit=defer.limit,
         deferrals=count,
     )
-    snapshot = _history((task.request.headers or {}).get(HEADER))
+    snapshot = _verified_snapshot(bound, task.request)
     machine = bound.machine
     bound.writer.write(
         TaskFailure.of_task(
@@ -430,7 +490,19 @@ def _dead_letter(
             retryable=True,
         )
     )
+    _forget_deferrals(plan, str(task.request.id or ""))
     FLEET_COUNTERS[("dead_lettered", defer.reason)] += 1
     emit(FactKind.LIMIT_DEFERRED, limit=defer.limit, task=plan.task_name,
          reason="deferred_too_long")  # fmt: skip
     return error
+
+
+def _verified_snapshot(bound: Any, request: Any) -> dict[str, Any]:
+    """The chart snapshot of this task's header if it passes every check, else empty.
+
+    A dead letter must not carry an error chain that was not written for this task.
+    """
+    snapshot: dict[str, Any] = bound.codec.verified_snapshot(
+        request.headers, str(request.id or "")
+    )
+    return snapshot

@@ -14,7 +14,6 @@ This module parses and checks the options once per task class; ``admission`` app
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 import weakref
@@ -25,14 +24,21 @@ from typing import Any
 from xsm_celery.celery.fleet_options import (
     AIMD,
     Concurrency,
-    Key,
     RateLimit,
     RedisDown,
     check_down,
     parse_rate,
 )
-from xsm_celery.celery.settings import register_keys
-from xsm_celery.checks import unknown_name_message
+from xsm_celery.celery.limit_names import limit_name
+from xsm_celery.celery.settings import Check, register_keys
+from xsm_celery.checks import (
+    FLEET_PREFIX,
+    MAX_DEFERRAL_S,
+    MAX_WAIT_MS,
+    Range,
+    Text,
+    unknown_name_message,
+)
 from xsm_celery.errors import ConfigurationError
 
 __all__ = [
@@ -54,12 +60,34 @@ DEFAULT_MAX_DEFERRAL_S = 3_600.0
 #: Longest a worker slot is held waiting inline for a token or slot before deferring.
 DEFAULT_MAX_WAIT_MS = 250.0
 
+#: Every fleet key in Redis starts with this unless ``xsm_fleet_prefix`` says otherwise.
+DEFAULT_PREFIX = "xsm:fleet:"
+
+
+def _setting_check(allowed: Range | Text, default: object) -> Check:
+    """The ``(key, value)`` check of one fleet setting, its range from ``xsm_celery.checks``."""
+    advice = f"remove it to use the default ({default!r})"
+    return lambda key, value: allowed.check(key, value, advice=advice)
+
+
+#: The bounded fleet settings, checked when the app's settings are read (a worker with a
+#: bad value refuses to start) and again by ``fleet_settings``.
+_SETTING_CHECKS: dict[str, tuple[Check, object]] = {
+    "xsm_fleet_prefix": (_setting_check(FLEET_PREFIX, DEFAULT_PREFIX), DEFAULT_PREFIX),
+    "xsm_fleet_max_deferral_s": (
+        _setting_check(MAX_DEFERRAL_S, DEFAULT_MAX_DEFERRAL_S),
+        DEFAULT_MAX_DEFERRAL_S,
+    ),
+    "xsm_fleet_max_wait_ms": (
+        _setting_check(MAX_WAIT_MS, DEFAULT_MAX_WAIT_MS),
+        DEFAULT_MAX_WAIT_MS,
+    ),
+}
+
 register_keys(
     "xsm_redis_url",
     "xsm_breakers",
-    "xsm_fleet_prefix",
-    "xsm_fleet_max_deferral_s",
-    "xsm_fleet_max_wait_ms",
+    checks={key: check for key, (check, _) in _SETTING_CHECKS.items()},
 )
 
 
@@ -107,23 +135,20 @@ def fleet_settings(app: Any) -> FleetSettings:
     return FleetSettings(
         redis_url=url,
         breakers=breakers,
-        prefix=str(conf.get("xsm_fleet_prefix") or "xsm:fleet:"),
-        max_deferral_s=_number(conf, "xsm_fleet_max_deferral_s", DEFAULT_MAX_DEFERRAL_S),
-        max_wait_ms=_number(conf, "xsm_fleet_max_wait_ms", DEFAULT_MAX_WAIT_MS, zero=True),
+        prefix=_setting(conf, "xsm_fleet_prefix"),
+        max_deferral_s=_setting(conf, "xsm_fleet_max_deferral_s"),
+        max_wait_ms=_setting(conf, "xsm_fleet_max_wait_ms"),
     )
 
 
-def _number(conf: Any, key: str, default: float, zero: bool = False) -> float:
+def _setting(conf: Any, key: str) -> Any:
+    """The checked value of a bounded fleet setting, or its default when it is unset (None).
+
+    ``''`` and ``5`` are refused for the prefix, never read as the default or as ``"5"``.
+    """
+    check, default = _SETTING_CHECKS[key]
     raw = conf.get(key)
-    if raw is None:
-        return default
-    ok = isinstance(raw, int | float) and not isinstance(raw, bool) and math.isfinite(raw)
-    if not ok or raw < 0 or (raw == 0 and not zero):
-        raise ConfigurationError(
-            f"setting {key}={raw!r} must be a finite number {'>=' if zero else '>'} 0; "
-            f"remove it to use the default ({default!r})"
-        )
-    return float(raw)
+    return default if raw is None else check(key, raw)
 
 
 class FleetPlan:
@@ -155,6 +180,7 @@ class FleetPlan:
         self._store: Any = None
         self._limiters: OrderedDict[str, Any] = OrderedDict()
         self._breaker: Any = None
+        self._records: Any = None
 
     def store(self) -> Any:
         """This process's ``FleetRedis`` (a fresh connection after a fork)."""
@@ -174,14 +200,31 @@ class FleetPlan:
         self._store = None
         self._limiters.clear()
         self._breaker = None
+        self._records = None
 
-    def name_for(self, key: Key, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-        """The limiter's name for one call: the task, a shared name, or task[key(args)]."""
+    def name_for(
+        self, option: RateLimit | Concurrency | AIMD, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> str:
+        """The limiter's name for one call: the task, a shared name, or ``task[#digest]``.
+
+        A key computed from the arguments is shown as its digest (``limit_names``), or as
+        itself when the option has ``display=True`` and the value is safe to show.
+        """
+        key = option.key
         if key is None:
             return self.task_name
         if isinstance(key, str):
             return key
-        return f"{self.task_name}[{key(*args, **kwargs)}]"
+        return limit_name(self.task_name, key(*args, **kwargs), display=option.display)
+
+    def records(self) -> Any:
+        """This process's ``AdmissionRecords``: reservations and deferral histories."""
+        records = self._records
+        if records is None:
+            from xsm_celery.redis.admission_records import AdmissionRecords
+
+            records = self._records = AdmissionRecords(self.store())
+        return records
 
     def limiter(self, kind: str, name: str) -> Any:
         """The rate limiter or slot pool named ``name`` (at most 1024 kept per process)."""
@@ -310,8 +353,7 @@ def _check_breaker(breaker: Any, settings: FleetSettings, task: str) -> None:
         )
     options = dict(settings.breakers.get(breaker, {}))
     options.pop("on_redis_down", None)
-    from xsm_celery.patterns import CircuitBreaker
-    from xsm_celery.redis.breaker_state import BREAKER_OPTIONS
+    from xsm_celery.redis.breaker_state import BREAKER_OPTIONS, check_breaker_options
 
     unknown = sorted(set(options) - set(BREAKER_OPTIONS))
     if unknown:
@@ -319,10 +361,7 @@ def _check_breaker(breaker: Any, settings: FleetSettings, task: str) -> None:
             f"xsm_breakers[{breaker!r}] has unknown options {unknown}; use "
             f"{', '.join(BREAKER_OPTIONS)} or on_redis_down"
         )
-    checked = {
-        k: v for k, v in options.items() if k not in ("check_interval_ms", "probe_timeout_ms")
-    }
     try:
-        CircuitBreaker(name=breaker, **checked).close()
+        check_breaker_options(breaker, options)
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(f"xsm_breakers[{breaker!r}]: {exc}") from None

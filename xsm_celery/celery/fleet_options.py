@@ -1,18 +1,25 @@
 """The fleet task options as values: ``RateLimit``, ``Concurrency`` and ``AIMD``.
 
 Each checks itself when it is built, so a bad option fails where the task is defined, with
-a message that says how to write it. ``fleet`` reads them off the task class.
+a message that says how to write it and the range it must be in (the ranges are declared
+once, in ``xsm_celery.checks``). ``fleet`` reads them off the task class.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from xsm_celery.checks import positive_int
+from xsm_celery.checks import (
+    BURST,
+    CONCURRENCY_LIMIT,
+    FLEET_LEASE_S,
+    RATE_PER_S,
+    SLIDING_LIMIT,
+    check_rate,
+)
 from xsm_celery.errors import ConfigurationError
 
 __all__ = ["AIMD", "Concurrency", "Key", "RateLimit", "RedisDown", "check_down", "parse_rate"]
@@ -39,19 +46,26 @@ def parse_rate(rate: str | float) -> tuple[float, float]:
     """``"20/s"``, ``"100/m"``, ``"5/10s"``, ``"3/h"`` or a number per second, as (count, per_s).
 
     Raises:
-        ConfigurationError: The rate cannot be read or is not > 0.
+        ConfigurationError: The rate cannot be read, or is outside ``checks.RATE_PER_S`` (at
+            least one a day, at most a million a second) or its period outside
+            ``checks.RATE_PERIOD_S``.
     """
+    count, per = _read_rate(rate)
+    if isinstance(rate, str):
+        return check_rate(count, per, per_name=f"rate {rate!r}: period", shown=rate)
+    return check_rate(count, per)
+
+
+def _read_rate(rate: object) -> tuple[float, float]:
+    """The count and period written in ``rate``, not yet checked against their ranges."""
     if isinstance(rate, int | float) and not isinstance(rate, bool):
-        if rate > 0 and math.isfinite(rate):
-            return float(rate), 1.0
-    elif isinstance(rate, str) and (match := _RATE.match(rate)):
+        return rate, 1.0
+    if isinstance(rate, str) and (match := _RATE.match(rate)):
         count, per, unit = match.groups()
-        period = (float(per) if per else 1.0) * _UNIT_S[unit or "s"]
-        if float(count) > 0 and period > 0:
-            return float(count), period
+        return float(count), (float(per) if per else 1.0) * _UNIT_S[unit or "s"]
     raise ConfigurationError(
         f"fleet rate {rate!r} is not a rate; write it as '20/s', '100/m', '5/10s', '3/h' or a "
-        "number of calls per second greater than 0"
+        f"number of calls per second, {RATE_PER_S.describe()}"
     )
 
 
@@ -61,12 +75,16 @@ class RateLimit:
 
     Args:
         rate: ``"20/s"``, ``"100/m"``, ``"5/10s"``, ``"3/h"`` or calls per second.
-        burst: Calls admitted at once after a quiet spell (bucket only; default: the rate
-            per second, at least 1).
+        burst: Calls admitted at once after a quiet spell (bucket only; default: the
+            rate's count, one period's worth: 20 for ``"20/s"``, 100 for ``"100/m"``; at
+            least 1, at most ``checks.BURST``'s ceiling).
         key: A name shared by several tasks, or a callable of the task's arguments giving
             the part of the name that varies (a per-customer limit). Default: the task name.
         sliding: Use a sliding window (exact over any ``per`` stretch, no burst).
         on_redis_down: ``"open"`` runs the task with a warning, ``"closed"`` defers it.
+        display: Show a callable key's value in the limit's name (Redis keys, logs,
+            metrics, CLI, admin) instead of its digest; only for values known to be safe
+            to show (a value shaped like a secret is still shown as its digest).
     """
 
     rate: str | float
@@ -74,18 +92,23 @@ class RateLimit:
     key: Key = None
     sliding: bool = False
     on_redis_down: RedisDown = "open"
+    display: bool = False
     count: float = field(init=False, repr=False)
     per_s: float = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        if self.sliding:  # a window counts whole calls: its own range, checked first
+            shown = f"{self.rate!r} with sliding=True"
+            SLIDING_LIMIT.check_int("rate", _read_rate(self.rate)[0], shown=shown)
         count, per = parse_rate(self.rate)
         object.__setattr__(self, "count", count)
         object.__setattr__(self, "per_s", per)
-        if self.burst is not None and (isinstance(self.burst, bool) or self.burst < 1):
-            raise ConfigurationError(f"RateLimit burst must be >= 1, got {self.burst!r}")
         if self.sliding and self.burst is not None:
             raise ConfigurationError("RateLimit(sliding=True) has no burst; remove burst=")
+        if self.burst is not None:
+            object.__setattr__(self, "burst", BURST.check_int("burst", self.burst))
         _check_key(self.key, "RateLimit")
+        _check_display(self.display, "RateLimit")
         check_down(self.on_redis_down, "RateLimit")
 
 
@@ -99,17 +122,22 @@ class Concurrency:
         lease_s: How long a slot outlives a worker that died holding it (renewed every
             ``lease_s / 3`` while the task runs).
         on_redis_down: ``"closed"`` (default) defers the task, ``"open"`` runs it.
+        display: As for ``RateLimit``.
     """
 
     limit: int
     key: Key = None
     lease_s: float = 30.0
     on_redis_down: RedisDown = "closed"
+    display: bool = False
 
     def __post_init__(self) -> None:
-        positive_int("fleet_concurrency", self.limit)
-        _check_lease(self.lease_s)
+        object.__setattr__(
+            self, "limit", CONCURRENCY_LIMIT.check_int("fleet_concurrency", self.limit)
+        )
+        FLEET_LEASE_S.check("lease_s", self.lease_s)
         _check_key(self.key, "Concurrency")
+        _check_display(self.display, "Concurrency")
         check_down(self.on_redis_down, "Concurrency")
 
 
@@ -133,14 +161,16 @@ class AIMD:
     key: Key = None
     lease_s: float = 30.0
     on_redis_down: RedisDown = "closed"
+    display: bool = False
 
     def __post_init__(self) -> None:
         try:
             self.params()
         except ValueError as exc:
             raise ConfigurationError(f"fleet_concurrency=AIMD(...): {exc}") from None
-        _check_lease(self.lease_s)
+        FLEET_LEASE_S.check("lease_s", self.lease_s)
         _check_key(self.key, "AIMD")
+        _check_display(self.display, "AIMD")
         check_down(self.on_redis_down, "AIMD")
 
     def params(self) -> Any:
@@ -166,6 +196,9 @@ def _check_key(key: Key, option: str) -> None:
     )
 
 
-def _check_lease(lease_s: float) -> None:
-    if isinstance(lease_s, bool) or not isinstance(lease_s, int | float) or not lease_s > 0:
-        raise ConfigurationError(f"lease_s must be a number of seconds > 0, got {lease_s!r}")
+def _check_display(display: object, option: str) -> None:
+    if not isinstance(display, bool):
+        raise ConfigurationError(
+            f"{option} display={display!r} must be True (show a key's value in the limit's "
+            "name) or False (show its digest, the default)"
+        )

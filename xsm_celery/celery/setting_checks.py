@@ -5,6 +5,8 @@ misbehave at the first retry or give-up: ``xsm_timer_batch=0.5`` truncated to 0 
 long retry in the timer table, ``xsm_marker_ttl_s=1e30`` made Redis refuse every marker, a
 store URL with an unknown scheme failed only when the first task gave up. Store values are
 parsed here too (scheme, or the methods an object must have), without opening anything.
+A number may come as a string (environment-driven configs), so it is parsed here and then
+checked by ``xsm_celery.checks.Range``, the one home of every range check.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from xsm_celery.checks import key_names
+from xsm_celery.checks import NON_EMPTY_TEXT, Range, key_names
 from xsm_celery.errors import ConfigurationError
 
 __all__ = [
@@ -56,8 +58,11 @@ _METHODS: Mapping[str, tuple[str, ...]] = {
 }
 
 
+_ADVICE = "fix it or remove it"
+
+
 def _refuse(key: str, value: object, must: str) -> ConfigurationError:
-    return ConfigurationError(f"setting {key}={value!r} {must}; fix it or remove it")
+    return ConfigurationError(f"setting {key}={value!r} {must}; {_ADVICE}")
 
 
 def _number(key: str, value: object) -> float:
@@ -65,6 +70,8 @@ def _number(key: str, value: object) -> float:
         raise _refuse(key, value, "must be a number, not a bool")
     try:
         return float(value)  # type: ignore[arg-type]
+    except OverflowError:  # an int too large for a float: past any range's end
+        return math.inf
     except (TypeError, ValueError):
         raise _refuse(key, value, "must be a number") from None
 
@@ -72,18 +79,15 @@ def _number(key: str, value: object) -> float:
 def seconds(key: str, value: object, *, high: float = math.inf) -> float:
     """A finite number of seconds in ``(0, high]``; numeric strings are parsed."""
     number = _number(key, value)
-    if not (math.isfinite(number) and 0 < number <= high):
-        bound = "" if high == math.inf else f" and at most {high:g}"
-        raise _refuse(key, value, f"must be a finite number of seconds greater than 0{bound}")
-    return number
+    allowed = Range(0, high, "seconds", low_open=True)
+    return allowed.check(f"setting {key}", number, shown=repr(value), advice=_ADVICE)
 
 
 def count(key: str, value: object, *, high: int) -> int:
     """A whole number in ``[1, high]``; ``50.0`` and ``"50"`` are 50, ``0.5`` is refused."""
     number = _number(key, value)
-    if not (math.isfinite(number) and number == int(number) and 1 <= number <= high):
-        raise _refuse(key, value, f"must be a whole number from 1 to {high}")
-    return int(number)
+    allowed = Range(1, high, integer=True)
+    return allowed.check_int(f"setting {key}", number, shown=repr(value), advice=_ADVICE)
 
 
 def names(key: str, value: object) -> tuple[str, ...]:
@@ -96,9 +100,7 @@ def names(key: str, value: object) -> tuple[str, ...]:
 
 def text(key: str, value: object) -> str:
     """A non-empty string."""
-    if not isinstance(value, str) or not value:
-        raise _refuse(key, value, "must be a non-empty string")
-    return value
+    return NON_EMPTY_TEXT.check(f"setting {key}", value, advice=_ADVICE)
 
 
 def _scheme(url: str) -> str:

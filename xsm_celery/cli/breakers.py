@@ -5,6 +5,7 @@
     xsm-celery breakers --app proj.celery:app            # or: celery -A proj xsm breakers
     xsm-celery breakers --app proj.celery:app --json
     xsm-celery breakers --app proj.celery:app reset payments --reason "provider back" --yes
+    xsm-celery breakers digest sk_live_...             # the #digest a keyed limit's name shows
 
 The Redis is ``--redis URL`` (or ``XSM_REDIS_URL``), else the app's ``xsm_redis_url`` (or its
 Redis broker); breaker thresholds come from the app's ``xsm_breakers``. A reset needs
@@ -157,6 +158,20 @@ def _show(target: FleetTarget, as_json: bool) -> None:
         console.print("No fleet breakers, limiters or slot pools in use.")
         return
     console.print(table)
+
+
+@breakers.command("digest")
+@click.argument("values", nargs=-1, required=True)
+def digest(values: tuple[str, ...]) -> None:
+    """Print the digest a keyed limit's name shows for each VALUE (``task[#digest]``).
+
+    Limit names never hold a key's value; compute the digest of a value you hold to find
+    its limit in this list, the logs, the metrics and the admin.
+    """
+    from xsm_celery.celery.limit_names import key_label
+
+    for value in values:
+        click.echo(key_label(value))
 
 
 @breakers.command("reset")

@@ -18,7 +18,15 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
-from xsm_celery.checks import positive_int
+from xsm_celery.checks import (
+    AIMD_DECREASE,
+    AIMD_INCREASE,
+    AIMD_INTERVAL_S,
+    AIMD_TARGET_LATENCY_S,
+    BULKHEAD_MAX_WAIT_S,
+    BULKHEAD_QUEUE_SIZE,
+    CONCURRENCY_LIMIT,
+)
 from xsm_celery.engine import Clock, WallClock
 from xsm_celery.errors import ConfigurationError
 from xsm_celery.hooks import FactKind, emit
@@ -28,14 +36,6 @@ __all__ = ["AIMDBulkhead", "AIMDConfig"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
-
-
-def _positive(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigurationError(f"{name} must be a positive number, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigurationError(f"{name} must be finite and > 0, got {value!r}")
-    return float(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +54,8 @@ class AIMDConfig:
         max_wait_s: How long a queued call waits (None: no limit).
 
     Raises:
-        ValueError: A value is out of range or the bounds are crossed.
+        ValueError: A value is outside its range in ``xsm_celery.checks`` (the message
+            names it and the range) or the bounds are crossed.
     """
 
     min_limit: int = 1
@@ -68,27 +69,29 @@ class AIMDConfig:
     max_wait_s: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("min_limit", "max_limit", "increase"):
-            value = getattr(self, name)
-            positive_int(name, value)
+        for name in ("min_limit", "max_limit"):
+            object.__setattr__(self, name, CONCURRENCY_LIMIT.check_int(name, getattr(self, name)))
+        object.__setattr__(self, "increase", AIMD_INCREASE.check_int("increase", self.increase))
         if self.max_limit < self.min_limit:
             raise ConfigurationError(
                 f"max_limit ({self.max_limit}) must be >= min_limit ({self.min_limit})"
             )
         initial = self.min_limit if self.initial_limit is None else self.initial_limit
-        if isinstance(initial, bool) or not isinstance(initial, int) or not (
-            self.min_limit <= initial <= self.max_limit
-        ):
+        initial = CONCURRENCY_LIMIT.check_int("initial_limit", initial)
+        if not self.min_limit <= initial <= self.max_limit:
             raise ConfigurationError(
                 f"initial_limit must be an integer in [min_limit, max_limit] = "
                 f"[{self.min_limit}, {self.max_limit}], got {initial!r}"
             )
         object.__setattr__(self, "initial_limit", initial)
-        _positive("target_latency_s", self.target_latency_s)
-        _positive("interval_s", self.interval_s)
-        factor = self.decrease_factor
-        if isinstance(factor, bool) or not isinstance(factor, int | float) or not 0 < factor < 1:
-            raise ConfigurationError(f"decrease_factor must be in (0, 1), got {factor!r}")
+        AIMD_TARGET_LATENCY_S.check("target_latency_s", self.target_latency_s)
+        AIMD_INTERVAL_S.check("interval_s", self.interval_s)
+        AIMD_DECREASE.check("decrease_factor", self.decrease_factor)
+        queue = BULKHEAD_QUEUE_SIZE.check_int("queue_size", self.queue_size)
+        object.__setattr__(self, "queue_size", queue)
+        if self.max_wait_s is not None:
+            wait = BULKHEAD_MAX_WAIT_S.check("max_wait_s", self.max_wait_s)
+            object.__setattr__(self, "max_wait_s", wait)
 
 
 class AIMDBulkhead(Bulkhead):

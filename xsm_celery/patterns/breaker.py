@@ -29,7 +29,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
-from xsm_celery.checks import positive_int
+from xsm_celery.checks import BREAKER_COUNT, BREAKER_FAILURE_RATE
 from xsm_celery.engine import Clock, SyncInterpreter, WallClock, create_machine
 from xsm_celery.errors import (
     ArgumentTypeError,
@@ -59,9 +59,7 @@ _NEVER_COUNTED = (KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.Cancelle
 def _rate(value: object) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
-        raise ConfigurationError(f"failure_rate_threshold must be None or in (0, 1], got {value!r}")
-    return float(value)
+    return BREAKER_FAILURE_RATE.check("failure_rate_threshold", value)
 
 
 def _exception_classes(value: object) -> tuple[type[BaseException], ...]:
@@ -76,7 +74,8 @@ class CircuitBreaker:
 
     Args:
         failure_threshold: Consecutive failures that open the circuit.
-        cooldown_ms: Time open before probes are admitted (finite, >= 0).
+        cooldown_ms: Time open before probes are admitted (``checks.BREAKER_COOLDOWN_MS``:
+            0 to a day).
         half_open_max_calls: Probes in flight at once while half-open.
         clock: The engine clock; a ``SimulatedClock`` in tests, wall time by default.
         plugins: Attached to the internal interpreter (a ``LoggingInspector`` logs trips).
@@ -90,7 +89,9 @@ class CircuitBreaker:
             window is full.
 
     Raises:
-        ValueError: A number is out of range; the message names the argument.
+        ValueError: A number is outside its range in ``xsm_celery.checks``
+            (``BREAKER_COUNT`` for the counts, 1 to 10000); the message names the argument
+            and the range.
         TypeError: ``exceptions`` holds something that is not an exception class.
     """
 
@@ -108,16 +109,16 @@ class CircuitBreaker:
         failure_rate_threshold: float | None = None,
         window_size: int = 20,
     ) -> None:
-        max_calls = positive_int("half_open_max_calls", half_open_max_calls)
+        max_calls = BREAKER_COUNT.check_int("half_open_max_calls", half_open_max_calls)
         config = copy.deepcopy(CIRCUIT_BREAKER_CONFIG)
         config["context"].update(
-            failure_threshold=positive_int("failure_threshold", failure_threshold),
+            failure_threshold=BREAKER_COUNT.check_int("failure_threshold", failure_threshold),
             half_open_max_calls=max_calls,
             success_threshold=max_calls
             if success_threshold is None
-            else positive_int("success_threshold", success_threshold),
+            else BREAKER_COUNT.check_int("success_threshold", success_threshold),
             failure_rate_threshold=_rate(failure_rate_threshold),
-            window_size=positive_int("window_size", window_size),
+            window_size=BREAKER_COUNT.check_int("window_size", window_size),
         )
         if name is not None:
             if not isinstance(name, str) or not name:
@@ -290,9 +291,7 @@ class CircuitBreaker:
     def _take_probe(self) -> bool:
         before = self._interp.context["probes_in_flight"]
         self._step("PROBE")
-        return bool(
-            self._leaf == "half_open" and self._interp.context["probes_in_flight"] > before
-        )
+        return bool(self._leaf == "half_open" and self._interp.context["probes_in_flight"] > before)
 
     def _record_success(self, token: int) -> None:
         if token == self._token and self._quiet:

@@ -14,11 +14,10 @@ once), ``success_threshold`` (probe successes that close the circuit), ``probes_
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from xsm_celery.checks import BREAKER_COOLDOWN_MS
 from xsm_celery.engine import MachineLogic
-from xsm_celery.errors import ConfigurationError
 
 __all__ = ["CIRCUIT_BREAKER_CONFIG", "check_cooldown", "circuit_breaker_logic", "record_outcome"]
 
@@ -80,19 +79,13 @@ CIRCUIT_BREAKER_CONFIG: dict[str, Any] = {
 
 
 def check_cooldown(cooldown_ms: object) -> float:
-    """``cooldown_ms`` as a float, refused unless finite and >= 0.
+    """``cooldown_ms`` as a float, refused outside ``checks.BREAKER_COOLDOWN_MS`` (0 to a day).
 
     NaN and inf would leave the circuit open for ever (the timer never fires); a negative
-    cooldown would half-open at once.
+    cooldown would half-open at once. ``CircuitBreaker``, ``BreakerSettings`` and
+    ``FleetBreaker`` all check it here, with the same range.
     """
-    if isinstance(cooldown_ms, bool) or not isinstance(cooldown_ms, int | float):
-        raise ConfigurationError(
-            f"cooldown_ms must be a number of milliseconds, got {cooldown_ms!r}"
-        )
-    value = float(cooldown_ms)
-    if not math.isfinite(value) or value < 0:
-        raise ConfigurationError(f"cooldown_ms must be finite and >= 0, got {cooldown_ms!r}")
-    return value
+    return BREAKER_COOLDOWN_MS.check("cooldown_ms", cooldown_ms)
 
 
 def record_outcome(ctx: dict[str, Any], failed: bool) -> None:

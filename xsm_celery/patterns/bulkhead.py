@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import math
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -23,9 +22,10 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
-from xsm_celery.checks import positive_int
+from xsm_celery.checks import BULKHEAD_MAX_WAIT_S, BULKHEAD_QUEUE_SIZE, CONCURRENCY_LIMIT
 from xsm_celery.errors import BulkheadRejectedError, ConfigurationError, MisuseError
 from xsm_celery.hooks import FactKind, emit
+from xsm_celery.patterns.rate_limit import check_timeout
 
 __all__ = ["Bulkhead", "BulkheadConfig", "BulkheadStats", "bulkhead"]
 
@@ -33,27 +33,19 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-def _non_negative_wait(name: str, value: object) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise ConfigurationError(f"{name} must be None or a number of seconds >= 0, got {value!r}")
-    if value < 0:
-        raise ConfigurationError(f"{name} must be >= 0 seconds, got {value!r}")
-    return float(value)
-
-
 @dataclass(frozen=True, slots=True)
 class BulkheadConfig:
     """The limits of one bulkhead.
 
     Args:
-        max_concurrent: Calls allowed to run at once (>= 1).
-        queue_size: Calls allowed to wait for a slot (>= 0); one more is rejected.
-        max_wait_s: How long a queued call waits before it is rejected (None: no limit).
+        max_concurrent: Calls allowed to run at once (``checks.CONCURRENCY_LIMIT``).
+        queue_size: Calls allowed to wait for a slot (``checks.BULKHEAD_QUEUE_SIZE``, from
+            0); one more is rejected.
+        max_wait_s: How long a queued call waits before it is rejected (None: no limit;
+            else ``checks.BULKHEAD_MAX_WAIT_S``).
 
     Raises:
-        ValueError: A limit is out of range; the message names it.
+        ValueError: A limit is out of range; the message names it and the range.
     """
 
     max_concurrent: int = 10
@@ -61,14 +53,13 @@ class BulkheadConfig:
     max_wait_s: float | None = None
 
     def __post_init__(self) -> None:
-        positive_int("max_concurrent", self.max_concurrent)
-        if (
-            isinstance(self.queue_size, bool)
-            or not isinstance(self.queue_size, int)
-            or self.queue_size < 0
-        ):
-            raise ConfigurationError(f"queue_size must be an integer >= 0, got {self.queue_size!r}")
-        object.__setattr__(self, "max_wait_s", _non_negative_wait("max_wait_s", self.max_wait_s))
+        limit = CONCURRENCY_LIMIT.check_int("max_concurrent", self.max_concurrent)
+        object.__setattr__(self, "max_concurrent", limit)
+        queue = BULKHEAD_QUEUE_SIZE.check_int("queue_size", self.queue_size)
+        object.__setattr__(self, "queue_size", queue)
+        if self.max_wait_s is not None:
+            wait = BULKHEAD_MAX_WAIT_S.check("max_wait_s", self.max_wait_s)
+            object.__setattr__(self, "max_wait_s", wait)
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +253,7 @@ class Bulkhead:
     def _budget(self, timeout: float | None) -> float | None:
         if timeout is None:
             return self.config.max_wait_s
-        return _non_negative_wait("timeout", timeout)
+        return check_timeout(timeout)  # a call's own wait: None, 0 or more, inf allowed
 
     def _take_now(self) -> bool:
         """Under the lock: take a free slot if nobody is waiting for it."""

@@ -8,12 +8,10 @@ process that must share a key, or for tests. Time comes from the engine clock, s
 
 from __future__ import annotations
 
-import math
 import threading
 
-from xsm_celery.checks import positive_int
+from xsm_celery.checks import CONCURRENCY_LIMIT, MEMORY_LEASE_S
 from xsm_celery.engine import Clock, WallClock
-from xsm_celery.errors import ConfigurationError
 from xsm_celery.patterns.limit_protocols import Admission, RateSpec
 from xsm_celery.patterns.rate_limit import TokenBucket, check_cost
 from xsm_celery.patterns.sliding_window import SlidingWindow
@@ -56,16 +54,13 @@ class MemoryRateLimitBackend:
             self._states.pop(key, None)
 
 
-def _check_lease(lease_s: object) -> float:
-    if isinstance(lease_s, bool) or not isinstance(lease_s, int | float):
-        raise ConfigurationError(f"lease_s must be a number of seconds > 0, got {lease_s!r}")
-    if not math.isfinite(lease_s) or lease_s <= 0:
-        raise ConfigurationError(f"lease_s must be finite and > 0, got {lease_s!r}")
-    return float(lease_s)
-
-
 class MemoryConcurrencyBackend:
-    """A ``ConcurrencyBackend`` of leased slots per key, behind one lock."""
+    """A ``ConcurrencyBackend`` of leased slots per key, behind one lock.
+
+    Its leases may be far shorter than a Redis backend's (``checks.MEMORY_LEASE_S``, from
+    1 ms): the holder renews in this process, on the same clock, with no round trip that
+    could make a renewal late, so a lease only has to outlive the holder's own renewals.
+    """
 
     def __init__(self, *, clock: Clock | None = None) -> None:
         self._clock: Clock = WallClock() if clock is None else clock
@@ -74,8 +69,8 @@ class MemoryConcurrencyBackend:
 
     def acquire(self, key: str, holder: str, limit: int, lease_s: float) -> Admission:
         """Take one of ``limit`` slots for ``holder`` (or renew the one it has)."""
-        positive_int("limit", limit)
-        lease = _check_lease(lease_s)
+        limit = CONCURRENCY_LIMIT.check_int("limit", limit)
+        lease = MEMORY_LEASE_S.check("lease_s", lease_s)
         now_s = self._now_s()
         with self._lock:
             holders = self._live(key, now_s)
@@ -87,7 +82,7 @@ class MemoryConcurrencyBackend:
 
     def renew(self, key: str, holder: str, lease_s: float) -> bool:
         """Extend ``holder``'s lease; False when it expired or was never taken."""
-        lease = _check_lease(lease_s)
+        lease = MEMORY_LEASE_S.check("lease_s", lease_s)
         now_s = self._now_s()
         with self._lock:
             holders = self._live(key, now_s)

@@ -30,11 +30,16 @@ Times are seconds as floats (``retry_after_s``), except the breaker cooldown, wh
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
-from xsm_celery.checks import positive_int
+from xsm_celery.checks import (
+    BREAKER_COOLDOWN_MS,
+    BREAKER_COUNT,
+    BREAKER_FAILURE_RATE,
+    SPEC_BURST,
+    check_rate,
+)
 from xsm_celery.errors import ConfigurationError
 
 __all__ = [
@@ -58,15 +63,6 @@ OutagePolicy = Literal["raise", "fail_open", "fail_closed"]
 #: ``"token_bucket"`` (rate with a burst allowance) or ``"sliding_window"`` (at most
 #: ``rate`` admissions in any window of ``per_s`` seconds, no burst beyond it).
 RateAlgorithm = Literal["token_bucket", "sliding_window"]
-
-
-def _positive_finite(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigurationError(f"{name} must be a positive number, got {value!r}")
-    number = float(value)
-    if not math.isfinite(number) or number <= 0:
-        raise ConfigurationError(f"{name} must be finite and > 0, got {value!r}")
-    return number
 
 
 class Admission(NamedTuple):
@@ -97,7 +93,9 @@ class RateSpec:
     and ignores ``burst``.
 
     Raises:
-        ValueError: A number is not finite and positive, or ``algorithm`` is unknown.
+        ValueError: A number is outside its range in ``xsm_celery.checks`` (``RATE_PER_S``
+            for ``rate / per_s``, ``RATE_PERIOD_S``, ``SPEC_BURST``), or ``algorithm`` is
+            unknown.
     """
 
     rate: float
@@ -106,9 +104,10 @@ class RateSpec:
     algorithm: RateAlgorithm = "token_bucket"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "rate", _positive_finite("rate", self.rate))
-        object.__setattr__(self, "per_s", _positive_finite("per_s", self.per_s))
-        burst = self.rate if self.burst is None else _positive_finite("burst", self.burst)
+        rate, per_s = check_rate(self.rate, self.per_s)
+        object.__setattr__(self, "rate", rate)
+        object.__setattr__(self, "per_s", per_s)
+        burst = rate if self.burst is None else SPEC_BURST.check("burst", self.burst)
         object.__setattr__(self, "burst", burst)
         if self.algorithm not in ("token_bucket", "sliding_window"):
             raise ConfigurationError(
@@ -207,7 +206,9 @@ class BreakerSettings:
     any probe failure opens it again.
 
     Raises:
-        ValueError: A threshold is out of range; the message names it.
+        ValueError: A threshold is out of its range in ``xsm_celery.checks``
+            (``BREAKER_COUNT``, ``BREAKER_COOLDOWN_MS``, ``BREAKER_FAILURE_RATE``); the
+            message names it and the range.
     """
 
     failure_threshold: int = 5
@@ -218,27 +219,16 @@ class BreakerSettings:
     window_size: int = 20
 
     def __post_init__(self) -> None:
-        positive_int("failure_threshold", self.failure_threshold)
-        positive_int("half_open_max_calls", self.half_open_max_calls)
-        positive_int("window_size", self.window_size)
-        cooldown = self.cooldown_ms
-        if isinstance(cooldown, bool) or not isinstance(cooldown, int | float):
-            raise ConfigurationError(
-                f"cooldown_ms must be a number of milliseconds, got {cooldown!r}"
-            )
-        if not math.isfinite(cooldown) or cooldown < 0:
-            raise ConfigurationError(f"cooldown_ms must be finite and >= 0, got {cooldown!r}")
+        for name in ("failure_threshold", "half_open_max_calls", "window_size"):
+            object.__setattr__(self, name, BREAKER_COUNT.check_int(name, getattr(self, name)))
+        BREAKER_COOLDOWN_MS.check("cooldown_ms", self.cooldown_ms)
         if self.success_threshold is None:
             object.__setattr__(self, "success_threshold", self.half_open_max_calls)
         else:
-            positive_int("success_threshold", self.success_threshold)
-        rate = self.failure_rate_threshold
-        if rate is not None and (
-            isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate <= 1
-        ):
-            raise ConfigurationError(
-                f"failure_rate_threshold must be None or in (0, 1], got {rate!r}"
-            )
+            successes = BREAKER_COUNT.check_int("success_threshold", self.success_threshold)
+            object.__setattr__(self, "success_threshold", successes)
+        if self.failure_rate_threshold is not None:
+            BREAKER_FAILURE_RATE.check("failure_rate_threshold", self.failure_rate_threshold)
 
 
 @dataclass(frozen=True, slots=True)

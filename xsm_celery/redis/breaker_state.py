@@ -30,16 +30,18 @@ from __future__ import annotations
 import copy
 import json
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from xsm_celery.checks import BREAKER_CHECK_INTERVAL_MS, BREAKER_PROBE_TIMEOUT_MS
 from xsm_celery.engine import SimulatedClock, SyncInterpreter
-from xsm_celery.errors import ArgumentTypeError, CircuitOpenError, ConfigurationError
+from xsm_celery.errors import ArgumentTypeError, CircuitOpenError
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns import CircuitBreaker
 from xsm_celery.redis.fleet_store import FleetKey, FleetRedis, monotonic_ms
 
-__all__ = ["BREAKER_OPTIONS", "BreakerPass", "FleetBreaker"]
+__all__ = ["BREAKER_OPTIONS", "BreakerPass", "FleetBreaker", "check_breaker_options"]
 
 #: The ``xsm_breakers`` options a breaker accepts, with ``CircuitBreaker``'s meaning.
 BREAKER_OPTIONS = (
@@ -63,6 +65,41 @@ _CONFIG_KEYS = (
 
 #: Compare-and-set attempts before a contended change is given up as "busy".
 _MAX_RACES = 32
+
+
+def _intervals(
+    check_interval_ms: object, probe_timeout_ms: object, cooldown_ms: float
+) -> tuple[float, float]:
+    """The checked ``check_interval_ms`` and ``probe_timeout_ms`` (defaulted from the cooldown).
+
+    The default probe timeout is the cooldown, at least a minute (a probe is one real run)
+    and at most the range's hour, so a long cooldown never makes a lost probe wedge the
+    circuit half-open for longer.
+    """
+    interval = BREAKER_CHECK_INTERVAL_MS.check("check_interval_ms", check_interval_ms)
+    if probe_timeout_ms is None:
+        default = min(max(cooldown_ms, 60_000.0), BREAKER_PROBE_TIMEOUT_MS.high)
+        return interval, default
+    return interval, BREAKER_PROBE_TIMEOUT_MS.check("probe_timeout_ms", probe_timeout_ms)
+
+
+def check_breaker_options(name: str, options: Mapping[str, Any]) -> None:
+    """Check ``xsm_breakers[name]`` as ``FleetBreaker`` will, without a Redis.
+
+    Raises:
+        ConfigurationError: An option is unknown or out of its range (``checks``).
+    """
+    rest = dict(options)
+    interval = rest.pop("check_interval_ms", 1_000.0)
+    probe = rest.pop("probe_timeout_ms", None)
+    unknown = sorted(set(rest) - set(BREAKER_OPTIONS))
+    if unknown:
+        raise ArgumentTypeError(
+            f"breaker {name!r} got unknown options {unknown}; use {list(BREAKER_OPTIONS)}"
+        )
+    template = CircuitBreaker(name=name, **rest)
+    template.close()
+    _intervals(interval, probe, template.cooldown_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,15 +127,18 @@ class FleetBreaker:
     Args:
         store: The fleet's Redis.
         name: The breaker's name, as in ``breaker="payments"``.
-        check_interval_ms: How stale this process's cached closed state may get.
+        check_interval_ms: How stale this process's cached closed state may get
+            (``checks.BREAKER_CHECK_INTERVAL_MS``: 0 to 60 s).
         probe_timeout_ms: After this long without a report a probe counts as failed
-            (default: ``max(cooldown_ms, 60 s)``).
+            (``checks.BREAKER_PROBE_TIMEOUT_MS``: 1 s to 1 h; default:
+            ``max(cooldown_ms, 60 s)``, at most 1 h).
         **options: ``CircuitBreaker``'s thresholds (``failure_threshold``,
             ``cooldown_ms``, ``half_open_max_calls``, ``success_threshold``,
             ``failure_rate_threshold``, ``window_size``), validated by it.
 
     Raises:
-        ValueError: An option is out of range (the message names it).
+        ValueError: An option is outside its range in ``xsm_celery.checks`` (the message
+            names it and the range).
         TypeError: An option is not one of ``BREAKER_OPTIONS``.
     """
 
@@ -122,11 +162,8 @@ class FleetBreaker:
         self.machine = template.interpreter.machine
         self.config = {k: template.interpreter.context[k] for k in _CONFIG_KEYS}
         template.close()
-        if not check_interval_ms >= 0:
-            raise ConfigurationError(f"check_interval_ms must be >= 0, got {check_interval_ms!r}")
-        self.check_interval_ms = float(check_interval_ms)
-        self.probe_timeout_ms = float(
-            probe_timeout_ms if probe_timeout_ms is not None else max(self.cooldown_ms, 60_000)
+        self.check_interval_ms, self.probe_timeout_ms = _intervals(
+            check_interval_ms, probe_timeout_ms, self.cooldown_ms
         )
         self.store = store
         self.key = FleetKey("breaker", name)

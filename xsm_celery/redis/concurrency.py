@@ -20,7 +20,14 @@ import threading
 import uuid
 from dataclasses import dataclass
 
-from xsm_celery.checks import positive_int
+from xsm_celery.checks import (
+    AIMD_DECREASE,
+    AIMD_INCREASE,
+    AIMD_INTERVAL_S,
+    AIMD_LATENCY_TARGET_MS,
+    CONCURRENCY_LIMIT,
+    FLEET_LEASE_S,
+)
 from xsm_celery.errors import ConfigurationError, StoreUnavailableError
 from xsm_celery.redis.fleet_store import FleetKey, FleetRedis
 from xsm_celery.redis.rate_limit import Decision
@@ -43,18 +50,17 @@ class AimdParams:
     interval_s: float = 1.0
 
     def __post_init__(self) -> None:
-        if not 1 <= self.min_limit <= self.initial <= self.max_limit:
+        for name in ("initial", "min_limit", "max_limit"):
+            object.__setattr__(self, name, CONCURRENCY_LIMIT.check_int(name, getattr(self, name)))
+        if not self.min_limit <= self.initial <= self.max_limit:
             raise ConfigurationError(
                 "AIMD needs 1 <= min_limit <= initial <= max_limit, got "
                 f"min_limit={self.min_limit}, initial={self.initial}, max_limit={self.max_limit}"
             )
-        if not 0 < self.decrease < 1:
-            raise ConfigurationError(f"AIMD decrease must be in (0, 1), got {self.decrease!r}")
-        if self.increase < 1 or self.latency_target_ms <= 0 or self.interval_s <= 0:
-            raise ConfigurationError(
-                "AIMD increase must be >= 1 and latency_target_ms, interval_s > 0, got "
-                f"{self.increase}, {self.latency_target_ms}, {self.interval_s}"
-            )
+        object.__setattr__(self, "increase", AIMD_INCREASE.check_int("increase", self.increase))
+        AIMD_DECREASE.check("decrease", self.decrease)
+        AIMD_LATENCY_TARGET_MS.check("latency_target_ms", self.latency_target_ms)
+        AIMD_INTERVAL_S.check("interval_s", self.interval_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +78,8 @@ class RedisSlots:
         store: The fleet's Redis.
         name: The pool's name.
         limit: The fixed number of slots; ignored when ``aimd`` is given.
-        lease_s: How long a slot outlives its holder's last renewal.
+        lease_s: How long a slot outlives its holder's last renewal
+            (``checks.FLEET_LEASE_S``: long enough for the renewal every ``lease_s / 3``).
         aimd: Adapt the limit instead of fixing it.
     """
 
@@ -86,9 +93,8 @@ class RedisSlots:
         aimd: AimdParams | None = None,
     ) -> None:
         if aimd is None:
-            positive_int("concurrency limit", limit)
-        if not lease_s > 0:
-            raise ConfigurationError(f"lease_s must be > 0 seconds, got {lease_s!r}")
+            limit = CONCURRENCY_LIMIT.check_int("limit", limit)
+        lease_s = FLEET_LEASE_S.check("lease_s", lease_s)
         self.store = store
         self.key = FleetKey("slots", name)
         self.limit = limit

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import redis
 
+from xsm_celery.checks import FLEET_PREFIX
 from xsm_celery.errors import ConfigurationError, StoreUnavailableError
 from xsm_celery.redis import scripts
 
@@ -88,10 +89,12 @@ class FleetRedis:
     Args:
         client: A ``redis.Redis`` client, or a ``redis://`` URL (opened with 0.5 s socket
             timeouts so a dead Redis is noticed quickly).
-        prefix: Prefix of every key; keep two fleets on one Redis apart with it.
+        prefix: Prefix of every key; keep two fleets on one Redis apart with it
+            (``checks.FLEET_PREFIX``: non-empty, at most 64 characters, no whitespace).
     """
 
     def __init__(self, client: Any, *, prefix: str = DEFAULT_FLEET_PREFIX) -> None:
+        FLEET_PREFIX.check("prefix", prefix)
         if isinstance(client, str):
             client = redis.Redis.from_url(
                 client, socket_timeout=0.5, socket_connect_timeout=0.5, health_check_interval=0

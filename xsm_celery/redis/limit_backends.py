@@ -18,7 +18,7 @@ import threading
 import uuid
 from typing import Any
 
-from xsm_celery.checks import positive_int
+from xsm_celery.checks import CONCURRENCY_LIMIT, FLEET_LEASE_S
 from xsm_celery.errors import ConfigurationError
 from xsm_celery.patterns.limit_protocols import (
     Admission,
@@ -40,11 +40,8 @@ def _store(client: Any, prefix: str | None) -> FleetRedis:
 
 
 def _lease(lease_s: float) -> int:
-    if isinstance(lease_s, bool) or not isinstance(lease_s, int | float):
-        raise ConfigurationError(f"lease_s must be a positive number of seconds, got {lease_s!r}")
-    if not math.isfinite(lease_s) or lease_s <= 0:
-        raise ConfigurationError(f"lease_s must be finite and > 0, got {lease_s!r}")
-    return max(1, int(lease_s * 1000))
+    """The lease in milliseconds, checked like ``Concurrency(lease_s=)`` and ``RedisSlots``."""
+    return int(FLEET_LEASE_S.check("lease_s", lease_s) * 1000)
 
 
 class RedisRateLimitBackend:
@@ -118,10 +115,11 @@ class RedisConcurrencyBackend:
         """Take one of ``limit`` slots for ``holder`` (see the Protocol).
 
         Raises:
-            ValueError: ``limit`` < 1 or ``lease_s`` not finite and positive.
+            ValueError: ``limit`` or ``lease_s`` outside its range (``checks``): the
+                lease must outlive the caller's renewals, from 2 s to an hour.
             StoreUnavailableError: Redis could not be reached.
         """
-        positive_int("limit", limit)
+        limit = CONCURRENCY_LIMIT.check_int("limit", limit)
         lease_ms = _lease(lease_s)
         fleet_key, zset, meta = self._keys(key)
         reply = self.store.run(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import uuid
 from typing import NamedTuple
 
-from xsm_celery.errors import ConfigurationError
+from xsm_celery.checks import BURST, SLIDING_LIMIT, check_rate
 from xsm_celery.redis.fleet_store import FleetKey, FleetRedis, PackedCall
 
 __all__ = ["Decision", "RedisSlidingWindow", "RedisTokenBucket"]
@@ -39,12 +39,6 @@ class Decision(NamedTuple):
     reserved: bool = False
 
 
-def _positive(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ConfigurationError(f"{name} must be a number > 0, got {value!r}")
-    return float(value)
-
-
 class RedisTokenBucket:
     """A token bucket shared by every process that uses the same Redis and name.
 
@@ -54,7 +48,11 @@ class RedisTokenBucket:
         rate: Tokens per ``per`` seconds.
         per: The period of ``rate`` in seconds.
         burst: Bucket size: calls admitted at once after a quiet spell (default: ``rate``,
-            at least 1).
+            at least 1, at most ``checks.BURST``'s ceiling).
+
+    Raises:
+        ConfigurationError: The rate, period or burst is outside its range in
+            ``xsm_celery.checks``.
     """
 
     def __init__(
@@ -62,9 +60,12 @@ class RedisTokenBucket:
     ) -> None:
         self.store = store
         self.key = FleetKey("rate", name)
-        self.rate = _positive("rate", rate)
-        self.per = _positive("per", per)
-        self.burst = max(1, int(self.rate)) if burst is None else int(_positive("burst", burst))
+        self.rate, self.per = check_rate(rate, per, per_name="per")
+        self.burst = (
+            min(max(1, int(self.rate)), int(BURST.high))
+            if burst is None
+            else BURST.check_int("burst", burst)
+        )
         self._keys = (store.key(self.key), store.index_key)
         # Encoded once: redis-py would encode these constant arguments on every call.
         self._rate_args = (repr(self.rate / (self.per * 1000.0)).encode(), str(self.burst).encode())
@@ -109,8 +110,9 @@ class RedisSlidingWindow:
     def __init__(self, store: FleetRedis, name: str, limit: int, window_s: float = 1.0) -> None:
         self.store = store
         self.key = FleetKey("window", name)
-        self.limit = int(_positive("limit", limit))
-        self.window_ms = _positive("window_s", window_s) * 1000.0
+        self.limit = SLIDING_LIMIT.check_int("limit", limit)
+        _count, per = check_rate(limit, window_s, name="limit", per_name="window_s")
+        self.window_ms = per * 1000.0
         self._keys = (store.key(self.key), store.key(self.key, ":tail"), store.index_key)
 
     def try_acquire(self, cost: int = 1, *, spread: bool = True) -> Decision:

@@ -24,6 +24,7 @@ __all__ = [
     "CONCURRENCY_ACQUIRE",
     "CONCURRENCY_RELEASE",
     "CONCURRENCY_RENEW",
+    "DEFERRAL_NOTE",
     "SLIDING_WINDOW",
     "TOKEN_BUCKET",
 ]
@@ -213,5 +214,17 @@ end
 redis.call('HSET', KEYS[1], 'blob', ARGV[2], 'rev', rev + 1, 'leaf', ARGV[3], 'token', ARGV[4])
 redis.call('ZADD', KEYS[2], now, ARGV[5])
 return {1, rev + 1, now}
+"""
+)
+
+#: KEYS: the task's deferral hash. ARGV: the record's lifetime in ms. Notes one more
+#: deferral; returns {first deferral ms, deferrals, now ms}, all on Redis' clock.
+DEFERRAL_NOTE = (
+    _NOW
+    + """
+redis.call('HSETNX', KEYS[1], 'first', now)
+local count = redis.call('HINCRBY', KEYS[1], 'count', 1)
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]))
+return {tonumber(redis.call('HGET', KEYS[1], 'first')), count, now}
 """
 )
