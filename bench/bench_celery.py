@@ -87,7 +87,7 @@ inflation of Python calls. Where the time went, 1,500 tasks each, solo worker, R
   ``ExceptionInfo`` lazily, or caching copied positions per code object).
 * Changed: Celery's tracer takes the class that records a task's outcome as a parameter
   (``build_tracer(..., Info=...)``). A chart task's worker tracer is Celery's own rebuilt with
-  ``ChartTraceInfo`` (``xsm_celery.celery.tracer``), which records the chart's retry (a
+  ``ChartTraceInfo`` (``xsm_celery.celery.task.tracer``), which records the chart's retry (a
   ``ChartRetry``) with the same backend write, ``on_retry``, ``task_retry`` signal, log line
   and ``task-retried`` event, but with the retry's own line as its traceback text instead of
   billiard's copy and format of the frames. Measured after (best of 5, quiet machine):

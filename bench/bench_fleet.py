@@ -169,7 +169,7 @@ def breaker_rows() -> list[list[str]]:
         rounds=61,
     )
     base, with_breaker = times["plain"], times["guarded"]
-    from xsm_celery.celery.fleet import fleet_plan
+    from xsm_celery.celery.fleet.plan import fleet_plan
 
     plan = fleet_plan(guarded, app)
     assert plan is not None
@@ -192,7 +192,7 @@ def deferral_rows() -> list[list[str]]:
     """Deferrals per second of a task whose fleet rate is spent."""
     from celery.exceptions import Ignore
 
-    from xsm_celery.celery.fleet import RateLimit
+    from xsm_celery.celery.fleet.plan import RateLimit
 
     app, xsm = _task_app()
 
@@ -231,7 +231,7 @@ def main() -> None:
     """Print the three tables."""
     import logging
 
-    logging.getLogger("xsm_celery.celery.admission").setLevel(logging.WARNING)
+    logging.getLogger("xsm_celery.celery.fleet.admission").setLevel(logging.WARNING)
     try:
         print("Fleet limiter admission vs one bare round trip (target <= 1.5x)")
         print(table(["admission", "best us/call", "vs bare (median)"], admission_rows()))

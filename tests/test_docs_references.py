@@ -1,5 +1,7 @@
 """Every test a document names as a guarantee's proof exists, so no row cites a test that is gone.
 
+Every ``.md`` file under ``docs/`` is read, sub-folders such as ``docs/internals/`` included.
+
 Rows name tests as ``tests/path.py::test_name``; a following ``::other_name`` in the same
 cell names another test of the same file.
 """
@@ -18,7 +20,7 @@ _CITATION = re.compile(r"`(tests/[\w/]+\.py)?::(\w+)`|`(tests/[\w/]+\.py)`")
 def _citations() -> list[tuple[str, str, str]]:
     """(document, test file, test name) for every cited test, in order."""
     found: list[tuple[str, str, str]] = []
-    for doc in sorted((ROOT / "docs").glob("*.md")):
+    for doc in sorted((ROOT / "docs").rglob("*.md")):  # docs/internals/ too
         for line in doc.read_text().splitlines():
             current = ""
             for match in _CITATION.finditer(line):
@@ -28,7 +30,7 @@ def _citations() -> list[tuple[str, str, str]]:
                     continue
                 current = path or current
                 if current:
-                    found.append((doc.name, current, name))
+                    found.append((doc.relative_to(ROOT).as_posix(), current, name))
     return found
 
 

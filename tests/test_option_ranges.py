@@ -21,7 +21,7 @@ from celery import Celery
 
 from xsm_celery import checks
 from xsm_celery.celery import Xsm
-from xsm_celery.celery.fleet import AIMD, Concurrency, RateLimit, fleet_settings
+from xsm_celery.celery.fleet.plan import AIMD, Concurrency, RateLimit, fleet_settings
 from xsm_celery.checks import DECLARED, Declared, Range, Text
 from xsm_celery.errors import ConfigurationError
 from xsm_celery.patterns import (

@@ -18,8 +18,8 @@ import redis
 from celery import Celery
 
 from xsm_celery.celery import Xsm
-from xsm_celery.celery.admission import task_deferred
-from xsm_celery.celery.fleet import AIMD, Concurrency, RateLimit
+from xsm_celery.celery.fleet.admission import task_deferred
+from xsm_celery.celery.fleet.plan import AIMD, Concurrency, RateLimit
 from xsm_celery.patterns import RetryPolicy
 
 RATE = float(os.environ.get("XSM_TEST_RATE", "10"))

@@ -26,13 +26,13 @@ from tests.celery.admission_support import app_factory, closed_port, deliver
 from tests.celery.queues import drain_queue
 from xsm_celery import hooks
 from xsm_celery.celery import Xsm
-from xsm_celery.celery.admission import (
+from xsm_celery.celery.fleet.admission import (
     DEFERRAL_HEADER,
     FLEET_COUNTERS,
     jittered_countdown,
     task_deferred,
 )
-from xsm_celery.celery.fleet import AIMD, Concurrency, RateLimit, parse_rate
+from xsm_celery.celery.fleet.plan import AIMD, Concurrency, RateLimit, parse_rate
 from xsm_celery.errors import ConfigurationError, DeferredTooLongError
 from xsm_celery.patterns import RetryPolicy
 from xsm_celery.sqlalchemy.urls import open_dead_letter_store
@@ -86,7 +86,7 @@ def test_a_task_over_its_fleet_rate_is_deferred_not_failed(
     try:
         assert deliver(rated, 1) == 1
         with (
-            caplog.at_level(logging.INFO, logger="xsm_celery.celery.admission"),
+            caplog.at_level(logging.INFO, logger="xsm_celery.celery.fleet.admission"),
             pytest.raises(Ignore),
         ):
             deliver(rated, 2, headers={"xsm_chart": '{"context": {"attempt": 0}}'})
@@ -160,7 +160,7 @@ def test_redis_down_follows_each_options_choice(
         return "ran"
 
     before = FLEET_COUNTERS[("redis_down_open", "rate_limited")]
-    with caplog.at_level(logging.WARNING, logger="xsm_celery.celery.admission"):
+    with caplog.at_level(logging.WARNING, logger="xsm_celery.celery.fleet.admission"):
         assert deliver(opened) == "ran"
     assert FLEET_COUNTERS[("redis_down_open", "rate_limited")] == before + 1
     assert "running the task without it (on_redis_down='open')" in caplog.text

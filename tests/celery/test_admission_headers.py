@@ -22,10 +22,10 @@ from tests import services
 from tests.celery.admission_support import app_factory, closed_port, deliver
 from tests.celery.queues import drain_queue
 from xsm_celery.celery import Xsm
-from xsm_celery.celery.admission import FLEET_COUNTERS
-from xsm_celery.celery.fleet import Concurrency, RateLimit
-from xsm_celery.celery.fleet_headers import DEFERRAL_HEADER, RESERVATION_HEADER
-from xsm_celery.celery.limit_names import key_digest, key_label, limit_name
+from xsm_celery.celery.fleet.admission import FLEET_COUNTERS
+from xsm_celery.celery.fleet.headers import DEFERRAL_HEADER, RESERVATION_HEADER
+from xsm_celery.celery.fleet.limit_names import key_digest, key_label, limit_name
+from xsm_celery.celery.fleet.plan import Concurrency, RateLimit
 from xsm_celery.errors import ConfigurationError
 
 SECRET = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"

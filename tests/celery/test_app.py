@@ -10,8 +10,8 @@ import pytest
 from celery import Celery
 
 from xsm_celery.celery import ChartTask, Xsm
-from xsm_celery.celery.dead_letters import redact_arguments
-from xsm_celery.celery.django_task import DjangoChartTask
+from xsm_celery.celery.deadletter.writer import redact_arguments
+from xsm_celery.celery.task.django_task import DjangoChartTask
 from xsm_celery.patterns import RetryPolicy
 from xsm_celery.sqlalchemy.urls import open_dead_letter_store
 

@@ -12,11 +12,11 @@ from celery.exceptions import Ignore
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xsm_celery.celery.attempt import Run, Settled, Verdict, run_chart
-from xsm_celery.celery.charts import load_task_chart
-from xsm_celery.celery.header import ChartHeader, HeaderCodec
-from xsm_celery.celery.machine import build_task_machine
-from xsm_celery.celery.task import CONTROL_EXCEPTIONS
+from xsm_celery.celery.task.attempt import Run, Settled, Verdict, run_chart
+from xsm_celery.celery.task.chart_task import CONTROL_EXCEPTIONS
+from xsm_celery.celery.task.charts import load_task_chart
+from xsm_celery.celery.task.header import ChartHeader, HeaderCodec
+from xsm_celery.celery.task.machine import build_task_machine
 from xsm_celery.errors import ConfigurationError, WorkerLost
 from xsm_celery.patterns import ERRORS_CONTEXT_KEY, RetryPolicy
 
@@ -189,7 +189,7 @@ def test_a_marker_store_that_fails_does_not_stop_the_attempt(
     def broken_mark(attempt: int) -> None:
         raise OSError("redis is restarting")
 
-    with caplog.at_level(logging.WARNING, logger="xsm_celery.celery.machine"):
+    with caplog.at_level(logging.WARNING, logger="xsm_celery.celery.task.machine"):
         outcome = run_chart(machine, None, Run(call=lambda: "ok", mark=broken_mark))
     assert outcome.verdict is Verdict.DONE
     assert "attempt marker" in caplog.text
@@ -197,7 +197,7 @@ def test_a_marker_store_that_fails_does_not_stop_the_attempt(
 
 def test_a_first_attempt_before_the_chart_decides_as_the_chart_does() -> None:
     """Success, failure and control flow come out the same with and without the shortcut."""
-    from xsm_celery.celery.machine import first_attempt
+    from xsm_celery.celery.task.machine import first_attempt
 
     policy = RetryPolicy(max_attempts=3, base_ms=250, jitter="none")
     machine = machine_for(policy)
@@ -231,7 +231,7 @@ def test_a_first_attempt_before_the_chart_decides_as_the_chart_does() -> None:
 
 def test_a_retry_before_the_chart_decides_as_the_chart_does() -> None:
     """From each header the chart writes, a direct retry ends as the restored chart would."""
-    from xsm_celery.celery.machine import first_attempt
+    from xsm_celery.celery.task.machine import first_attempt
 
     policy = RetryPolicy(max_attempts=4, base_ms=100, factor=2.0, jitter="none")
     machine = machine_for(policy)
@@ -270,7 +270,7 @@ def test_a_retry_header_of_another_shape_runs_the_chart() -> None:
     """A header whose state or timers differ from what the chart wrote is not run directly."""
     import json
 
-    from xsm_celery.celery.machine import first_attempt
+    from xsm_celery.celery.task.machine import first_attempt
 
     machine = machine_for(RetryPolicy(max_attempts=4, base_ms=100))
     first = first_attempt("t", machine, CONTROL_EXCEPTIONS, shipped=True, probe=machine)
@@ -301,7 +301,7 @@ def _retry_snapshot(machine: Any, snapshot: str | None) -> str:
 
 def test_only_the_shipped_chart_runs_a_first_attempt_before_the_chart() -> None:
     """A custom chart may act on a success, so its first run always starts the chart."""
-    from xsm_celery.celery.machine import first_attempt
+    from xsm_celery.celery.task.machine import first_attempt
 
     machine = machine_for(RetryPolicy(max_attempts=3))
     assert first_attempt("t", machine, CONTROL_EXCEPTIONS, shipped=False) is None

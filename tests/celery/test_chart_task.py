@@ -216,7 +216,7 @@ def test_a_failing_store_spools_the_record_and_still_fails_the_task(
     app: Celery, caplog: pytest.LogCaptureFixture, tmp_path: Any
 ) -> None:
     """If the dead-letter store raises, the record waits in the spool and the task is FAILURE."""
-    from xsm_celery.celery.spool import DeadLetterSpool
+    from xsm_celery.celery.deadletter.spool import DeadLetterSpool
 
     class Down:
         def put(self, record: DeadLetter) -> str:
@@ -229,7 +229,7 @@ def test_a_failing_store_spools_the_record_and_still_fails_the_task(
     def once() -> None:
         raise ConnectionError("nope")
 
-    with caplog.at_level(logging.WARNING, logger="xsm_celery.celery.dead_letters"):
+    with caplog.at_level(logging.WARNING, logger="xsm_celery.celery.deadletter.writer"):
         result = once.apply()
     assert result.state == "FAILURE"
     assert result.id in caplog.text

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from xsm_celery.celery import DEFAULT_CHART, load_task_chart
-from xsm_celery.celery.charts import shipped_charts
+from xsm_celery.celery.task.charts import shipped_charts
 from xsm_celery.errors import ConfigurationError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from celery import Celery
 from celery.contrib.testing.worker import start_worker
 
 from tests.kombu.machines import STEP_TYPE, poison, recorder, seen
-from xsm_celery.celery.consumer import DispatcherStep, install_dispatcher
+from xsm_celery.celery.worker.consumer import DispatcherStep, install_dispatcher
 from xsm_celery.eda import Envelope, InboundDispatcher, new_id
 from xsm_celery.kombu import KombuBrokerAdapter
 from xsm_celery.patterns.dead_letter import MemoryDeadLetterStore
@@ -200,7 +200,7 @@ def test_a_dispatcher_without_a_store_dead_letters_into_the_apps_store(
 
 def test_a_memory_store_is_refused_in_a_worker_unless_asked_for() -> None:
     """A memory store (given or configured) is refused unless explicitly allowed."""
-    from xsm_celery.celery.consumer_dead_letters import adopt_app_dead_letters
+    from xsm_celery.celery.worker.consumer_dead_letters import adopt_app_dead_letters
     from xsm_celery.errors import ConfigurationError
 
     app = Celery("consumer-memory", set_as_current=False)

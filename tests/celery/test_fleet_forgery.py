@@ -17,8 +17,8 @@ from click.testing import CliRunner
 
 from tests.celery.fleet_cluster import RATE, FleetCluster, fleet_cluster, rate_over, times_of
 from tests.celery.workers import wait_for
-from xsm_celery.celery.fleet_headers import DEFERRAL_HEADER, RESERVATION_HEADER
-from xsm_celery.celery.limit_names import key_digest, limit_name
+from xsm_celery.celery.fleet.headers import DEFERRAL_HEADER, RESERVATION_HEADER
+from xsm_celery.celery.fleet.limit_names import key_digest, limit_name
 from xsm_celery.cli._main import cli
 from xsm_celery.redis.concurrency import RedisSlots
 from xsm_celery.redis.fleet_store import FleetRedis

@@ -21,7 +21,7 @@ from tests import services
 from tests.celery import workerapp
 from tests.celery.conftest import _with_db
 from tests.celery.workers import BACKEND_DB, BROKER_DB, Cluster, wait_for
-from xsm_celery.celery.header import HEADER, TASK_HEADER, UNSIGNED_WARNING
+from xsm_celery.celery.task.header import HEADER, TASK_HEADER, UNSIGNED_WARNING
 from xsm_celery.patterns import ERRORS_CONTEXT_KEY
 from xsm_celery.sqlalchemy import open_dead_letter_store
 

@@ -18,9 +18,14 @@ from celery import Celery, signals
 
 from xsm_celery import hooks
 from xsm_celery.celery import ChartTask
-from xsm_celery.celery import header as header_module
-from xsm_celery.celery.attempt import Run, Verdict, run_chart
-from xsm_celery.celery.header import (
+from xsm_celery.celery.task import header as header_module
+from xsm_celery.celery.task.attempt import Run, Verdict, run_chart
+from xsm_celery.celery.task.chart_task import (
+    CONTROL_EXCEPTIONS,
+    _warn_unsigned_headers,
+    warn_if_unsigned,
+)
+from xsm_celery.celery.task.header import (
     HEADER,
     MAX_HEADER_CHARS,
     SIGNATURE_HEADER,
@@ -30,8 +35,7 @@ from xsm_celery.celery.header import (
     HeaderCodec,
     signing_key,
 )
-from xsm_celery.celery.machine import build_task_machine
-from xsm_celery.celery.task import CONTROL_EXCEPTIONS, _warn_unsigned_headers, warn_if_unsigned
+from xsm_celery.celery.task.machine import build_task_machine
 from xsm_celery.errors import ConfigurationError
 from xsm_celery.patterns import ERRORS_CONTEXT_KEY, RetryPolicy
 
@@ -257,7 +261,7 @@ def test_signing_key_never_imports_django_outside_a_django_project() -> None:
     """A process that never imported django.conf and names no settings module stays unsigned."""
     code = (
         "import sys\n"
-        "from xsm_celery.celery.header import signing_key\n"
+        "from xsm_celery.celery.task.header import signing_key\n"
         "assert signing_key({}) is None\n"
         "assert 'django.conf' not in sys.modules, sorted(sys.modules)\n"
     )
@@ -430,10 +434,10 @@ def test_a_worker_with_unsigned_headers_says_so_once(
     monkeypatch.setattr(header_module, "django_secret_key", lambda: None)
     assert _warn_unsigned_headers in [ref() for _, ref in signals.worker_ready.receivers]
     consumer = SimpleNamespace(app=_chart_app("unsigned"))
-    with caplog.at_level(logging.WARNING, logger="xsm_celery.celery.task"):
+    with caplog.at_level(logging.WARNING, logger="xsm_celery.celery.task.chart_task"):
         _warn_unsigned_headers(sender=consumer)
         _warn_unsigned_headers(sender=consumer)
-    warned = [r for r in caplog.records if r.name == "xsm_celery.celery.task"]
+    warned = [r for r in caplog.records if r.name == "xsm_celery.celery.task.chart_task"]
     assert [r.getMessage() for r in warned] == [UNSIGNED_WARNING]
     assert warned[0].levelno == logging.WARNING
     for phrase in ("cannot skip", "give up without running", "another task id",
@@ -453,7 +457,7 @@ def test_a_worker_that_signs_or_runs_no_chart_task_stays_quiet(
     # Shared chart tasks other test modules defined join every app; this one has none.
     for name in [n for n, t in plain.tasks.items() if isinstance(t, ChartTask)]:
         plain.tasks.pop(name)
-    with caplog.at_level(logging.WARNING, logger="xsm_celery.celery.task"):
+    with caplog.at_level(logging.WARNING, logger="xsm_celery.celery.task.chart_task"):
         assert warn_if_unsigned(signed) is False
         assert warn_if_unsigned(plain) is False
-    assert [r for r in caplog.records if r.name == "xsm_celery.celery.task"] == []
+    assert [r for r in caplog.records if r.name == "xsm_celery.celery.task.chart_task"] == []

@@ -17,7 +17,7 @@ from celery import Celery
 from celery.signals import task_retry
 
 from xsm_celery.celery import HEADER, ChartTask
-from xsm_celery.celery.header import TASK_HEADER
+from xsm_celery.celery.task.header import TASK_HEADER
 from xsm_celery.patterns import RetryPolicy
 from xsm_celery.sqlalchemy.urls import open_dead_letter_store
 

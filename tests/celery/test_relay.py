@@ -11,7 +11,7 @@ import pytest
 from celery import Celery
 
 from xsm_celery.celery import RELAY_OUTBOX_TASK, Xsm
-from xsm_celery.celery.relay import install_relay, relay_for, relay_outbox, relay_pending
+from xsm_celery.celery.worker.relay import install_relay, relay_for, relay_outbox, relay_pending
 from xsm_celery.eda import Envelope, MemoryOutboxStore, SyncFakeBrokerAdapter, new_id
 from xsm_celery.errors import BrokerPublishError, ConfigurationError
 from xsm_celery.kombu import KombuBrokerAdapter

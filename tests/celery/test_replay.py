@@ -27,7 +27,7 @@ def app() -> Iterator[Celery]:
         xsm_dead_letter_store=f"memory://{uuid.uuid4().hex}",
     )
 
-    @celery_app.task(shared=False, base=ChartTask, name="shop.charge",
+    @celery_app.task(shared=False, base=ChartTask, name="billing.charge",
                      retry_policy=RetryPolicy(max_attempts=1))  # fmt: skip
     def charge(order_id: str, amount: int) -> None:
         raise ConnectionError("gateway down")
@@ -42,8 +42,8 @@ def store(app: Celery) -> Any:
 
 
 def dead_letter(app: Celery, *args: Any, **kwargs: Any) -> DeadLetter:
-    """Run shop.charge eagerly until it dead-letters; return the record."""
-    result = app.tasks["shop.charge"].apply(args, kwargs)
+    """Run billing.charge eagerly until it dead-letters; return the record."""
+    result = app.tasks["billing.charge"].apply(args, kwargs)
     return next(r for r in store(app).all() if r.task_id == result.id)
 
 
@@ -53,7 +53,7 @@ def test_a_dry_run_changes_nothing(app: Celery) -> None:
     result = replay_task(store(app), record.id, app)
     assert result.dry_run
     assert result.task_id is None
-    assert "would send shop.charge" in result.outcome
+    assert "would send billing.charge" in result.outcome
     assert result.args == ["o-1", 5]
     assert drain_queue(app, timeout=0.05) == []
     assert store(app).get(record.id).resolved_at is None
@@ -68,7 +68,7 @@ def test_a_real_replay_sends_a_fresh_chart_resolves_and_audits(app: Celery) -> N
     )
     (message,) = drain_queue(app, timeout=0.05)
     assert message.headers["id"] == result.task_id != record.task_id
-    assert message.headers["task"] == "shop.charge"
+    assert message.headers["task"] == "billing.charge"
     assert HEADER not in message.headers
     assert list(message.decode()[:2]) == [["o-2"], {"amount": 9}]
     assert store(app).get(record.id).resolved_at is not None

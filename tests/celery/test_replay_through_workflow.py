@@ -14,8 +14,8 @@ from tests.celery.queues import drain_queue
 from tests.celery.workflow_charts import order_machine
 from tests.contract_dead_letters import make_record
 from xsm_celery.celery import ChartTask, Workflow, Xsm, replay_task
-from xsm_celery.celery.execute import WORKFLOW_HEADER
 from xsm_celery.celery.stores import stores_for
+from xsm_celery.celery.task.execute import WORKFLOW_HEADER
 from xsm_celery.celery.workflow import WORKFLOW_TASK_PREFIX
 from xsm_celery.errors import ReplayRefusedError
 from xsm_celery.patterns import DeadLetter, RetryPolicy

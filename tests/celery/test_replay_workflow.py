@@ -11,14 +11,14 @@ from celery import Celery
 from tests.celery.queues import drain_queue
 from tests.celery.test_replay import app, dead_letter, store  # noqa: F401 (fixture)
 from xsm_celery.celery import replay_task
-from xsm_celery.celery.canvas import canvas_of, replay_options
+from xsm_celery.celery.deadletter.canvas import canvas_of, replay_options
 from xsm_celery.errors import ReplayRefusedError
 
 
 def test_a_linked_callback_is_kept_in_the_record_and_sent_again(app: Celery) -> None:  # noqa: F811
     """A task run with ``link=`` keeps the callback; the replayed message carries it."""
     callback = app.signature("shop.notify", args=("o-1",))
-    result = app.tasks["shop.charge"].apply(("o-1", 5), link=callback)
+    result = app.tasks["billing.charge"].apply(("o-1", 5), link=callback)
     record = next(r for r in store(app).all() if r.task_id == result.id)
     assert record.event["payload"]["canvas"]["callbacks"][0]["task"] == "shop.notify"
     replay_task(store(app), record.id, app, reason="fixed", dry_run=False)
@@ -35,7 +35,7 @@ def test_the_rest_of_a_chain_is_kept_on_replay(app: Celery) -> None:  # noqa: F8
     options = replay_options("r-1", {"canvas": canvas_of(request)})
     assert [s["task"] for s in options["chain"]] == ["shop.ship", "shop.email"]
     record = dead_letter(app, "o-1", 5)
-    app.send_task("shop.charge", args=["o-1", 5], **options)
+    app.send_task("billing.charge", args=["o-1", 5], **options)
     (message,) = drain_queue(app, timeout=0.05)
     assert [s["task"] for s in message.decode()[2]["chain"]] == ["shop.ship", "shop.email"]
     assert record.event["payload"] == {}

@@ -101,5 +101,5 @@ def test_a_waiting_chart_retry_is_in_the_retry_state_with_its_cause(
     wait_for(lambda: result.state == "RETRY", 10, "the RETRY state")
     assert isinstance(result.result, ConnectionError)
     assert str(result.result) == f"upstream 503 for {tag}"
-    assert result.traceback.startswith("xsm_celery.celery.tracer.ChartRetry: Retry in 1.5s: ")
+    assert result.traceback.startswith("xsm_celery.celery.task.tracer.ChartRetry: Retry in 1.5s: ")
     assert result.get(timeout=20) == f"ok:{tag}"

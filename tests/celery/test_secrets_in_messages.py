@@ -11,7 +11,7 @@ import pytest
 from celery import Celery
 
 from xsm_celery.celery import HEADER, ChartTask
-from xsm_celery.celery.secrets import mask_context_errors
+from xsm_celery.celery.task.secrets import mask_context_errors
 from xsm_celery.eda import Envelope, InboundDispatcher, MemoryDeadLetterStore
 from xsm_celery.engine.redact import mask_text
 from xsm_celery.patterns import ERRORS_CONTEXT_KEY, DeadLetter, RetryPolicy

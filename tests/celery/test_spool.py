@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from xsm_celery.celery.dead_letters import DeadLetterWriter, TaskFailure
-from xsm_celery.celery.spool import DeadLetterSpool, dead_letter_id
+from xsm_celery.celery.deadletter.spool import DeadLetterSpool, dead_letter_id
+from xsm_celery.celery.deadletter.writer import DeadLetterWriter, TaskFailure
 from xsm_celery.errors import StoreUnavailableError
 from xsm_celery.hooks import Fact, FactKind, subscribe
 from xsm_celery.patterns import ERRORS_CONTEXT_KEY

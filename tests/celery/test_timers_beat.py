@@ -14,7 +14,7 @@ from kombu import Connection
 
 from tests.celery.queues import drain_queue
 from xsm_celery.celery import HEADER, ChartTask, Xsm, fire_due_timers
-from xsm_celery.celery.timers import FIRE_TIMERS_TASK, schedule_retry
+from xsm_celery.celery.worker.timers import FIRE_TIMERS_TASK, schedule_retry
 from xsm_celery.patterns import RetryPolicy
 from xsm_celery.sqlalchemy.timers import SQLAlchemyTimerStore
 

@@ -16,7 +16,7 @@ from celery.signals import task_retry
 
 from tests.celery.queues import drain_queue
 from xsm_celery.celery import ChartTask
-from xsm_celery.celery.tracer import ChartRetry, ChartTraceInfo, RetryInfo, chart_retry
+from xsm_celery.celery.task.tracer import ChartRetry, ChartTraceInfo, RetryInfo, chart_retry
 from xsm_celery.patterns import RetryPolicy
 
 HOSTNAME = "celery@tracer-test"
@@ -111,7 +111,7 @@ def test_a_chart_retry_is_stored_signalled_and_republished_without_a_traceback_c
     assert info.state == "RETRY"
     assert type(einfo) is RetryInfo
     line = (
-        "xsm_celery.celery.tracer.ChartRetry: Retry in 5.0s: ConnectionError('upstream refused')\n"
+        "xsm_celery.celery.task.tracer.ChartRetry: Retry in 5.0s: ConnectionError('upstream refused')\n"
     )
     assert einfo.traceback == line
     assert type(einfo.exception.exc) is ChartRetry

@@ -410,7 +410,7 @@ def test_a_step_dead_letter_waits_in_the_spool_while_the_store_is_down(
     eager: Celery, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The give-up with the store down keeps the record on disk; the next write flushes it."""
-    from xsm_celery.celery.spool import DeadLetterSpool
+    from xsm_celery.celery.deadletter.spool import DeadLetterSpool
     from xsm_celery.celery.stores import stores_for
     from xsm_celery.errors import StoreUnavailableError
     from xsm_celery.patterns import RetryPolicy

@@ -8,7 +8,7 @@ from typing import Any
 from django.contrib.auth.models import Permission, User
 
 from tests.contract_dead_letters import make_record
-from xsm_celery.django._celery import task_chart
+from xsm_celery.django.admin.celery_app import task_chart
 from xsm_celery.django.stores import DjangoDeadLetterStore
 from xsm_celery.engine.hashing import structure_hash
 from xsm_celery.patterns.dead_letter import DeadLetter

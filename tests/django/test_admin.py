@@ -17,7 +17,7 @@ from tests.django.admin_support import (
     sent_tasks,
     task_record,
 )
-from xsm_celery.django._dead_letter_admin import short_id
+from xsm_celery.django.admin.dead_letters import short_id
 from xsm_celery.django.models import AuditEntry, DeadLetterRecord
 from xsm_celery.django.stores import DjangoDeadLetterStore
 from xsm_celery.ids import new_id

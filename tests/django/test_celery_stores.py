@@ -33,7 +33,7 @@ def test_an_alias_after_the_scheme_picks_the_database(sqlite_db: str) -> None:
 
 def test_the_relay_opens_the_django_outbox(sqlite_db: str) -> None:
     """The Beat relay resolves xsm_outbox_store="django" to DjangoOutboxStore."""
-    from xsm_celery.celery import relay
+    from xsm_celery.celery.worker import relay
 
     app = _app(xsm_outbox_store="django", broker_url="memory://")
     built = relay.relay_for(app)

@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from xsm_celery.celery.charts import load_task_chart
-from xsm_celery.django.diagram import render_chart_svg
+from xsm_celery.celery.task.charts import load_task_chart
+from xsm_celery.charttools.svg import render_chart_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -14,14 +14,14 @@ from django.conf import settings
 from django.test import override_settings
 
 from xsm_celery.celery import ChartTask
-from xsm_celery.celery.header import (
+from xsm_celery.celery.task.chart_task import warn_if_unsigned
+from xsm_celery.celery.task.header import (
     DJANGO_KEY_PURPOSE,
     HEADER,
     SIGNATURE_HEADER,
     TASK_HEADER,
     signing_key,
 )
-from xsm_celery.celery.task import warn_if_unsigned
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,7 +73,7 @@ def test_a_settings_module_in_the_environment_is_enough() -> None:
     """DJANGO_SETTINGS_MODULE alone (as a worker started by Celery's Django fix-up) signs."""
     code = (
         "import sys\n"
-        "from xsm_celery.celery.header import signing_key\n"
+        "from xsm_celery.celery.task.header import signing_key\n"
         "sys.stdout.write(signing_key({}).hex())\n"
     )
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.django.project.settings",

@@ -195,7 +195,7 @@ def test_scrape_after_retries_a_dead_letter_a_relay_and_a_timer(worker: Worker) 
 
 def test_a_breaker_opened_in_a_child_shows_in_the_scrape_and_the_status(worker: Worker) -> None:
     """The child's breaker state reaches /metrics and the worker's xsm_states answer."""
-    from xsm_celery.celery.status import worker_states
+    from xsm_celery.celery.worker.status import worker_states
 
     app = worker.producer()
     try:

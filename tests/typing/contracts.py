@@ -8,8 +8,12 @@ checked by the contract suites (``tests/persistence/store_contract.py``, ``Inbox
 
 from __future__ import annotations
 
-from xsm_celery.celery.markers import AttemptMarkers, BackendAttemptMarkers, MemoryAttemptMarkers
-from xsm_celery.celery.redis_markers import RedisAttemptMarkers
+from xsm_celery.celery.task.markers import (
+    AttemptMarkers,
+    BackendAttemptMarkers,
+    MemoryAttemptMarkers,
+)
+from xsm_celery.celery.task.redis_markers import RedisAttemptMarkers
 from xsm_celery.django.stores import (
     DjangoDeadLetterStore,
     DjangoInbox,

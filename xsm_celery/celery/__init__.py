@@ -11,6 +11,8 @@ Needs the ``celery`` extra. ``ChartTask`` and ``Xsm`` are the two entry points::
 
 from __future__ import annotations
 
+import sys as _sys
+
 from xsm_celery import errors as _errors
 
 try:
@@ -18,26 +20,37 @@ try:
 except ImportError as exc:
     raise _errors.MissingExtraError(extra="celery", module="celery") from exc
 
-from xsm_celery.celery.admission import DEFERRED_STATE, task_deferred
 from xsm_celery.celery.app import RELAY_OUTBOX_TASK, Xsm
-from xsm_celery.celery.charts import DEFAULT_CHART, load_task_chart
-from xsm_celery.celery.consumer import DispatcherStep, install_dispatcher
-from xsm_celery.celery.fleet import AIMD, Concurrency, RateLimit
-from xsm_celery.celery.header import HEADER
-from xsm_celery.celery.markers import AttemptMarkers, MemoryAttemptMarkers
-from xsm_celery.celery.observability import ObservabilityConfig, observability_config
-from xsm_celery.celery.relay import install_relay, relay_outbox
-from xsm_celery.celery.replay import TaskReplayResult, replay_task
+from xsm_celery.celery.deadletter.replay import TaskReplayResult, replay_task
+from xsm_celery.celery.fleet.admission import DEFERRED_STATE, task_deferred
+from xsm_celery.celery.fleet.plan import AIMD, Concurrency, RateLimit
 from xsm_celery.celery.serialization import require_json
 from xsm_celery.celery.settings import XsmSettings, read_settings, register_keys
-from xsm_celery.celery.task import ChartTask
-from xsm_celery.celery.timers import FIRE_TIMERS_TASK, fire_due_timers, fire_timers
-from xsm_celery.celery.tracer import ChartRetry
+from xsm_celery.celery.task.chart_task import ChartTask
+from xsm_celery.celery.task.charts import DEFAULT_CHART, load_task_chart
+from xsm_celery.celery.task.header import HEADER
+from xsm_celery.celery.task.markers import AttemptMarkers, MemoryAttemptMarkers
+from xsm_celery.celery.task.tracer import ChartRetry
+from xsm_celery.celery.worker.consumer import DispatcherStep, install_dispatcher
+from xsm_celery.celery.worker.observability import ObservabilityConfig, observability_config
+from xsm_celery.celery.worker.relay import install_relay, relay_outbox
+from xsm_celery.celery.worker.timers import FIRE_TIMERS_TASK, fire_due_timers, fire_timers
 from xsm_celery.celery.workflow.api import Workflow, workflow_named, workflows_of
 from xsm_celery.celery.workflow.service import celery_service
 from xsm_celery.celery.workflow.stores import WorkflowStores
 from xsm_celery.celery.workflow.view import PendingTimer, WorkflowView
 from xsm_celery.errors import TaskGaveUp, WorkerLost
+
+#: Modules that moved into sub-packages, importable under the paths the docs named before the
+#: move (``from xsm_celery.celery.relay import install_relay`` keeps working).
+MOVED_MODULES = {
+    "consumer": "xsm_celery.celery.worker.consumer",
+    "header": "xsm_celery.celery.task.header",
+    "relay": "xsm_celery.celery.worker.relay",
+    "tracer": "xsm_celery.celery.task.tracer",
+}
+for _old, _new in MOVED_MODULES.items():
+    _sys.modules[f"{__name__}.{_old}"] = _sys.modules[_new]
 
 __all__ = [
     # Tasks
@@ -94,7 +107,7 @@ __all__ = [
 def __getattr__(name: str) -> object:
     """``DjangoChartTask`` imports Django, so it is loaded only when asked for."""
     if name == "DjangoChartTask":
-        from xsm_celery.celery.django_task import DjangoChartTask
+        from xsm_celery.celery.task.django_task import DjangoChartTask
 
         return DjangoChartTask
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,13 +17,13 @@ from collections.abc import Callable
 from typing import Any
 
 from xsm_celery.celery.settings import XsmSettings, read_settings
-from xsm_celery.celery.task import ChartTask
-from xsm_celery.celery.timers import FIRE_TIMERS_TASK
+from xsm_celery.celery.task.chart_task import ChartTask
+from xsm_celery.celery.worker.timers import FIRE_TIMERS_TASK
 from xsm_celery.errors import ConfigurationError
 
 __all__ = ["RELAY_OUTBOX_TASK", "Xsm"]
 
-#: Name of the outbox relay's Beat task (registered by ``xsm_celery.celery.relay``).
+#: Name of the outbox relay's Beat task (registered by ``xsm_celery.celery.worker.relay``).
 RELAY_OUTBOX_TASK = "xsm_celery.relay_outbox"
 
 
@@ -115,7 +115,7 @@ def _default_base(app: Any) -> type[ChartTask]:
         return ChartTask
     task_cls = app.Task
     if isinstance(task_cls, type) and issubclass(task_cls, DjangoTask):
-        from xsm_celery.celery.django_task import DjangoChartTask
+        from xsm_celery.celery.task.django_task import DjangoChartTask
 
         return DjangoChartTask
     return ChartTask

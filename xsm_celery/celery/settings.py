@@ -16,12 +16,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from xsm_celery.celery.deadletter.spool import DEFAULT_SPOOL_DIR
 from xsm_celery.celery.setting_checks import (
     FIELD_CHECKS,
     check_countdown_against_broker,
     check_markers_mode,
 )
-from xsm_celery.celery.spool import DEFAULT_SPOOL_DIR
 from xsm_celery.checks import unknown_name_message
 from xsm_celery.errors import ConfigurationError
 
@@ -63,11 +63,11 @@ DEFAULT_TIMER_BATCH = 500
 _PREFIX = "xsm_"
 #: Modules that call ``register_keys`` for the settings they read.
 _REGISTRARS = (
-    "xsm_celery.celery.relay",
-    "xsm_celery.celery.consumer",
-    "xsm_celery.celery.fleet",
-    "xsm_celery.celery.observability",
-    "xsm_celery.celery.header",
+    "xsm_celery.celery.worker.relay",
+    "xsm_celery.celery.worker.consumer",
+    "xsm_celery.celery.fleet.plan",
+    "xsm_celery.celery.worker.observability",
+    "xsm_celery.celery.task.header",
 )
 _registered: set[str] = set()
 #: A check of a value: ``(setting key, value) -> the value to use``; raises ConfigurationError.

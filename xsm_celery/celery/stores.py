@@ -12,8 +12,8 @@ import weakref
 from typing import Any
 
 from xsm_celery.celery.django_stores import is_django_url, open_django_store
-from xsm_celery.celery.markers import open_attempt_markers
 from xsm_celery.celery.settings import read_settings
+from xsm_celery.celery.task.markers import open_attempt_markers
 from xsm_celery.errors import ConfigurationError
 from xsm_celery.process import current_pid
 

@@ -44,7 +44,7 @@ class FleetTarget:
         if not (self.dlq.app_spec or self.dlq.celery_app is not None):
             return None
         app = self.dlq.app(needed_for="reading the fleet settings")
-        from xsm_celery.celery.fleet import fleet_settings
+        from xsm_celery.celery.fleet.plan import fleet_settings
 
         try:
             return fleet_settings(app)
@@ -168,7 +168,7 @@ def digest(values: tuple[str, ...]) -> None:
     Limit names never hold a key's value; compute the digest of a value you hold to find
     its limit in this list, the logs, the metrics and the admin.
     """
-    from xsm_celery.celery.limit_names import key_label
+    from xsm_celery.celery.fleet.limit_names import key_label
 
     for value in values:
         click.echo(key_label(value))

@@ -120,7 +120,7 @@ def _open_urls(
 def _sources(app: Any, ask_workers: bool, urls: dict[str, Any]) -> Sources:
     base = Sources()
     if app is not None:
-        from xsm_celery.celery.status import sources_for_app
+        from xsm_celery.celery.worker.status import sources_for_app
 
         try:
             base = sources_for_app(app, ask_workers=ask_workers, create=False)

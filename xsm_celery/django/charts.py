@@ -79,10 +79,10 @@ def _from_task(record: DeadLetter, app: Any) -> Mapping[str, Any] | None:
     if not record.task_name:
         return None
     if app is None:
-        from xsm_celery.django._celery import celery_app
+        from xsm_celery.django.admin.celery_app import celery_app
 
         app = celery_app()
-    from xsm_celery.django._celery import task_chart
+    from xsm_celery.django.admin.celery_app import task_chart
 
     return task_chart(app, record.task_name)
 

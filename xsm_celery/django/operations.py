@@ -85,7 +85,7 @@ class DeadLetterOperations:
     def app(self) -> Any:
         """The Celery app (resolved lazily)."""
         if self._app is None:
-            from xsm_celery.django._celery import celery_app
+            from xsm_celery.django.admin.celery_app import celery_app
 
             self._app = celery_app()
         return self._app
@@ -202,7 +202,7 @@ class DeadLetterOperations:
 
     def _task_replayer(self) -> Callable[..., Any]:
         if self._replay_task is None:
-            from xsm_celery.celery.replay import replay_task
+            from xsm_celery.celery.deadletter.replay import replay_task
 
             self._replay_task = replay_task
         return self._replay_task

@@ -2,7 +2,7 @@
 
 Every exporter here is a subscriber of the one fact stream, ``xsm_celery.hooks``; the rest
 of the package never imports this one. In a Celery worker they are switched on by settings
-(see ``xsm_celery.celery.observability``); elsewhere, call the ``install_*`` functions::
+(see ``xsm_celery.celery.worker.observability``); elsewhere, call the ``install_*`` functions::
 
     from xsm_celery.metrics import install_prometheus, install_tracing
 

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from xsm_celery.celery.timers import register_timer_source
+from xsm_celery.celery.worker.timers import register_timer_source
 from xsm_celery.celery.workflow import payloads
 from xsm_celery.celery.workflow.checks import (
     check_event_id,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from xsm_celery.celery.spool import DeadLetterSpool
+from xsm_celery.celery.deadletter.spool import DeadLetterSpool
 from xsm_celery.celery.stores import stores_for
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns import DeadLetter

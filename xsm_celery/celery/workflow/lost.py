@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from xsm_celery.celery.stores import stores_for
-from xsm_celery.celery.time_limits import lost_attempt_error
+from xsm_celery.celery.task.time_limits import lost_attempt_error
 from xsm_celery.errors import WorkerLost
 
 __all__ = ["ENDED_SUFFIX", "LostRuns", "count_lost_runs", "mark_ended", "mark_run"]

@@ -18,7 +18,7 @@ import uuid
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from xsm_celery.celery.execute import WORKFLOW_HEADER
+from xsm_celery.celery.task.execute import WORKFLOW_HEADER
 from xsm_celery.celery.workflow.messages import Dispatch, Message
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from xsm_celery.celery.stores import stores_for
-from xsm_celery.celery.timers import LEASE_S
+from xsm_celery.celery.worker.timers import LEASE_S
 from xsm_celery.celery.workflow.payloads import RECOVERY_KEY, completion, routing, send_spec
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns.error_chain import truncate_message

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from xsm_celery.celery.secrets import mask_exception
 from xsm_celery.celery.stores import stores_for
+from xsm_celery.celery.task.secrets import mask_exception
 from xsm_celery.celery.workflow.dead_letters import workflow_dead_letter
 from xsm_celery.celery.workflow.messages import DEFAULT_TASK_STEP_TIMEOUT_S, Dispatch, Message
 from xsm_celery.celery.workflow.payloads import (

@@ -116,7 +116,7 @@ def _django(value: str) -> WorkflowStores:
     from xsm_celery.celery.django_stores import open_django_store
 
     snapshots = open_django_store(value, "snapshots")
-    from xsm_celery.django.workflows import DjangoWorkflowJournal
+    from xsm_celery.django.stores.workflows import DjangoWorkflowJournal
 
     alias = snapshots.using
     return WorkflowStores(

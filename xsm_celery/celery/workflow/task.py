@@ -31,7 +31,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from xsm_celery.celery.spool import dead_letter_id
+from xsm_celery.celery.deadletter.spool import dead_letter_id
 from xsm_celery.celery.stores import stores_for
 from xsm_celery.celery.workflow.dead_letters import workflow_dead_letter
 from xsm_celery.celery.workflow.ledger import StepLedger, read_ledger, write_ledger

@@ -9,7 +9,7 @@ from typing import Any
 from django import template
 from django.utils.timesince import timesince
 
-from xsm_celery.django._dates import to_datetime
+from xsm_celery.django.stores.dates import to_datetime
 
 register = template.Library()
 

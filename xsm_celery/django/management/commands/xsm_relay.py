@@ -79,6 +79,6 @@ class Command(BaseCommand):
 
         if url is not None:
             return KombuBrokerAdapter(url)
-        from xsm_celery.django._celery import celery_app
+        from xsm_celery.django.admin.celery_app import celery_app
 
         return KombuBrokerAdapter(celery_app().connection_for_write())

@@ -28,7 +28,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         from xsm_celery.celery import fire_due_timers
-        from xsm_celery.django._celery import celery_app
+        from xsm_celery.django.admin.celery_app import celery_app
 
         try:
             app = celery_app()
