@@ -39,7 +39,7 @@ inflation of Python calls. Where the time went, 1,500 tasks each, solo worker, R
   of the header for the attempt facts) was 10%; Celery's republish (``Task.retry`` ->
   ``send_task`` -> kombu's ``_put``, which builds a new redis-py client per publish) 20%.
 * Changed: markers are sent with ``MSG_MORE`` and pushed once per bunch of 32
-  (``redis_markers``); a first run of the shipped chart calls the function before any
+  (``xsm_celery.redis.markers``); a first run of the shipped chart calls the function before any
   interpreter and hands a failure to the chart (``machine.first_attempt``); the ``Retry`` is
   raised from ``ChartTask.__call__`` (two frames for Celery to copy and format); the error
   chain is masked on the live context before the one snapshot dump; the facts take the
@@ -114,7 +114,7 @@ inflation of Python calls. Where the time went, 1,500 tasks each, solo worker, R
   run takes the direct path with metrics or tracing on too. Measured after (three runs):
   succeeds at once 99 / 98 / 98% of ``autoretry_for`` (median of paired ratios; best batch
   the same, least CPU per task 96-97%), the A/A control 100% in each; fails once 135-136%.
-  The poll stays: it is what keeps a held marker safe (see ``redis_markers``).
+  The poll stays: it is what keeps a held marker safe (see ``xsm_celery.redis.markers``).
 * Under cProfile pure-Python work is inflated against syscalls, so the chart looks better
   there than on the wall clock; the table below is the wall clock, best and median of five.
 """

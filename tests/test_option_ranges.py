@@ -31,8 +31,8 @@ from xsm_celery.patterns import (
     MemoryConcurrencyBackend,
     RateLimiter,
 )
-from xsm_celery.patterns.breaker_chart import circuit_breaker_logic
-from xsm_celery.patterns.limit_protocols import BreakerSettings, RateSpec
+from xsm_celery.patterns.breaker.chart import circuit_breaker_logic
+from xsm_celery.patterns.limits.protocols import BreakerSettings, RateSpec
 from xsm_celery.redis.breaker_state import FleetBreaker
 from xsm_celery.redis.concurrency import AimdParams, RedisSlots
 from xsm_celery.redis.fleet_store import FleetRedis

@@ -8,7 +8,9 @@ The ranges of the resilience options live here too, each declared once as a ``Ra
 ``Text``) constant and used by the in-process pattern, the Redis backend and the Celery
 task option or setting alike, so ``lease_s=0.001`` is refused with the same sentence
 wherever it is given. ``DECLARED`` lists every one of them with where it is set; the tests
-and the table in docs/resilience.md are driven from it.
+and the table in docs/resilience.md are driven from it. The plain arguments of the patterns
+(a timeout, a TTL, a backoff, a limiter's cost) are held to ``Range`` constants here as
+well, so no module keeps number checks of its own.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ __all__ = [
     "AIMD_INTERVAL_S",
     "AIMD_LATENCY_TARGET_MS",
     "AIMD_TARGET_LATENCY_S",
+    "BACKOFF_CAP_MS",
+    "BACKOFF_FACTOR",
+    "BACKOFF_MS",
     "BREAKER_CHECK_INTERVAL_MS",
     "BREAKER_COOLDOWN_MS",
     "BREAKER_COUNT",
@@ -37,35 +42,58 @@ __all__ = [
     "BULKHEAD_QUEUE_SIZE",
     "BURST",
     "CONCURRENCY_LIMIT",
+    "COST",
     "DECLARED",
+    "EPOCH_SECONDS",
     "FLEET_LEASE_S",
     "FLEET_PREFIX",
     "MAX_DEFERRAL_S",
     "MAX_WAIT_MS",
     "MEMORY_LEASE_S",
     "NON_EMPTY_TEXT",
+    "PAUSE_SECONDS",
+    "POSITIVE_SECONDS",
     "RATE_PERIOD_S",
     "RATE_PER_S",
     "SLIDING_LIMIT",
     "SPEC_BURST",
+    "WAIT_SECONDS",
     "Declared",
     "Range",
     "Text",
     "check_rate",
     "key_names",
+    "non_negative_int",
     "positive_int",
     "unknown_name_message",
 ]
 
 
-def positive_int(name: str, value: object) -> int:
+def positive_int(name: str, value: object, *, advice: str = "") -> int:
     """Return ``value`` if it is an ``int`` of at least 1 (a ``bool`` is not a count).
+
+    A whole ``float`` such as ``2.0`` is refused too: a count that arrives as a float was
+    computed, and the computation is the bug to fix.
 
     Raises:
         ValueError: naming the option and the value it got.
     """
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{name} must be an integer >= 1, got {value!r}")
+    return _int_at_least(name, value, 1, "a positive integer", advice)
+
+
+def non_negative_int(name: str, value: object, *, advice: str = "") -> int:
+    """Return ``value`` if it is an ``int`` of at least 0: a row limit, where 0 means none.
+
+    Raises:
+        ValueError: naming the option and the value it got.
+    """
+    return _int_at_least(name, value, 0, "an integer >= 0", advice)
+
+
+def _int_at_least(name: str, value: object, low: int, what: str, advice: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        tail = f"; {advice}" if advice else ""
+        raise ConfigurationError(f"{name} must be {what}, got {value!r}{tail}")
     return value
 
 
@@ -106,6 +134,16 @@ def _shown_number(value: float) -> str:
     return f"{value:.4g}"
 
 
+def _real(value: object) -> float | None:
+    """``value`` as a float if it is a real number and not a ``bool``, else None."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # an int too large for a float is past any end
+        return -math.inf if str(value).startswith("-") else math.inf
+
+
 def _sentence(name: str, shown: str, verb: str, what: str, *, why: str, advice: str) -> str:
     reason = f" ({why})" if why else ""
     tail = f"; {advice}" if advice else ""
@@ -119,7 +157,12 @@ class Range:
     ``check`` refuses a ``bool``, anything that is not a real number, NaN and the
     infinities, a fraction where ``integer`` is set (``5.0`` is a whole number, ``5.5`` is
     not) and anything past an end, with one sentence that names the option, the value and
-    the range. ``low_open`` / ``high_open`` leave that end out.
+    the range. ``low_open`` / ``high_open`` leave that end out; ``infinite`` lets an
+    infinite end be given itself (``max_ms=math.inf``: no cap).
+
+    ``check`` words the refusal of a declared option ("``lease_s=0.001`` is out of
+    range: ..."); ``require`` words a precondition of a plain argument ("``timeout_s``
+    must be ..., got -1"). Both hold the value to the same ends.
     """
 
     low: float
@@ -131,6 +174,8 @@ class Range:
     why: str = ""
     #: Replaces the generated description (a rate reads better in its own words).
     label: str = ""
+    #: Accept an infinite end itself (``inf`` meaning "no limit"); NaN is never accepted.
+    infinite: bool = False
 
     def describe(self) -> str:
         """The range in words, as the error message and docs/resilience.md give it."""
@@ -142,6 +187,8 @@ class Range:
         low, high = _shown_number(self.low), _shown_number(self.high)
         if math.isinf(self.high):
             floor = f"greater than {low}" if self.low_open else f"of at least {low}"
+            if self.infinite:
+                return f"a {kind} {floor} (inf for no limit)"
             return f"a finite {kind} {floor}"
         if self.low_open and self.high_open:
             return f"a {kind} strictly between {low} and {high}"
@@ -152,8 +199,10 @@ class Range:
         return f"a {kind} from {low} to {high}"
 
     def holds(self, number: float) -> bool:
-        """True if ``number`` is finite, inside both ends and whole where it must be."""
-        if not math.isfinite(number) or (self.integer and not number.is_integer()):
+        """True if ``number`` is inside both ends and whole where it must be (NaN never is)."""
+        if not math.isfinite(number):
+            return self.infinite and number in (self.low, self.high)
+        if self.integer and not number.is_integer():
             return False
         above = number > self.low if self.low_open else number >= self.low
         below = number < self.high if self.high_open else number <= self.high
@@ -161,17 +210,15 @@ class Range:
 
     def number(self, name: str, value: object, *, shown: str = "", advice: str = "") -> float:
         """``value`` as a float if it is a real number (no range check); else refused."""
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        number = _real(value)
+        if number is None:
             tail = ", not a bool" if isinstance(value, bool) else ""
             what = self.describe() + tail
             message = _sentence(
                 name, shown or repr(value), "must be", what, why=self.why, advice=advice
             )
             raise ConfigurationError(message)
-        try:
-            return float(value)
-        except OverflowError:  # an int too large for a float is past any end
-            return -math.inf if str(value).startswith("-") else math.inf
+        return number
 
     def check(self, name: str, value: object, *, shown: str = "", advice: str = "") -> float:
         """Return ``value`` as a float if it is in range, else raise naming the range.
@@ -193,6 +240,21 @@ class Range:
                 why=self.why,
                 advice=advice,
             )
+            raise ConfigurationError(message)
+        return number
+
+    def require(self, name: str, value: object, *, advice: str = "") -> float:
+        """Return ``value`` as a float if it is in range; else raise as a precondition.
+
+        Raises:
+            ConfigurationError: ``"timeout_s must be a finite number of seconds greater
+                than 0, got -1"``.
+        """
+        number = _real(value)
+        if number is None or not self.holds(number):
+            reason = f" ({self.why})" if self.why else ""
+            tail = f"; {advice}" if advice else ""
+            message = f"{name} must be {self.describe()}{reason}, got {value!r}{tail}"
             raise ConfigurationError(message)
         return number
 
@@ -422,6 +484,30 @@ BREAKER_PROBE_TIMEOUT_MS = Range(
 )
 
 
+#: A timeout, a TTL or a deadline's budget: some time, neither none nor for ever.
+POSITIVE_SECONDS = Range(0, math.inf, "seconds", low_open=True)
+#: How long a caller waits for room: 0 does not wait, inf waits as long as it takes.
+WAIT_SECONDS = Range(0, math.inf, "seconds", infinite=True)
+#: A pause between two attempts; 0 tries again at once.
+PAUSE_SECONDS = Range(0, math.inf, "seconds")
+#: A retry's first backoff delay.
+BACKOFF_MS = Range(0, math.inf, "milliseconds")
+#: The cap on any one backoff delay; inf leaves the delays uncapped.
+BACKOFF_CAP_MS = Range(0, math.inf, "milliseconds", infinite=True)
+#: How much each backoff delay grows over the one before.
+BACKOFF_FACTOR = Range(1, math.inf, why="so delays never shrink")
+#: What one call costs a limiter: any amount above nothing, fractions included.
+COST = Range(0, math.inf, low_open=True)
+#: A wall-clock cutoff (``time.time() - retention``); only NaN is refused.
+EPOCH_SECONDS = Range(
+    -math.inf,
+    math.inf,
+    infinite=True,
+    label="a number of epoch seconds such as time.time() - retention",
+    why="NaN compares false with every row's time, so a purge would match every row",
+)
+
+
 def check_rate(
     count: object,
     per_s: object = 1.0,
@@ -456,8 +542,10 @@ class Declared:
     check: Range | Text
 
 
-#: Every range above, by the name the option or setting is given under, with where it is
-#: set. The table in docs/resilience.md and tests/test_option_ranges.py are built from it.
+#: Every option range above, by the name the option or setting is given under, with where
+#: it is set. The table in docs/resilience.md and tests/test_option_ranges.py are built
+#: from it. The argument ranges (``POSITIVE_SECONDS`` to ``EPOCH_SECONDS``) are left out:
+#: they are shapes many arguments share, not fleet options an operator tunes.
 DECLARED: Mapping[str, Declared] = {
     "rate": Declared(
         "`fleet_rate_limit`, `RateLimit(rate)`, `RateLimiter`, `SlidingWindowLimiter`, "

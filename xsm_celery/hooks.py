@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from xsm_celery.errors import ConfigurationError
+
 __all__ = [
     "Fact",
     "FactKind",
@@ -121,8 +123,6 @@ def _kind(kind: object) -> FactKind:
     try:
         return FactKind(kind)
     except ValueError:
-        from xsm_celery.errors import ConfigurationError
-
         raise ConfigurationError(
             f"{kind!r} is not a fact kind; subscribe to members of xsm_celery.hooks.FactKind "
             f"(one of {', '.join(k.value for k in FactKind)})"

@@ -7,6 +7,7 @@ implementation lives in :mod:`xsm_celery.engine.plugins` and :mod:`xsm_celery.en
 from __future__ import annotations
 
 from xsm_celery.engine.plugins import (
+    InterpreterView,
     LoggingInspector,
     PluginBase,
     clear_global_plugins,
@@ -25,6 +26,7 @@ from xsm_celery.engine.redact import (
 
 __all__ = [
     "DEFAULT_REDACT_KEYS",
+    "InterpreterView",
     "LoggingInspector",
     "PRIVATE_CONTEXT_PREFIX",
     "PluginBase",

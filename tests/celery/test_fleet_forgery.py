@@ -19,7 +19,7 @@ from tests.celery.fleet_cluster import RATE, FleetCluster, fleet_cluster, rate_o
 from tests.celery.workers import wait_for
 from xsm_celery.celery.fleet.headers import DEFERRAL_HEADER, RESERVATION_HEADER
 from xsm_celery.celery.fleet.limit_names import key_digest, limit_name
-from xsm_celery.cli._main import cli
+from xsm_celery.cli.group import cli
 from xsm_celery.redis.concurrency import RedisSlots
 from xsm_celery.redis.fleet_store import FleetRedis
 from xsm_celery.sqlalchemy.urls import open_dead_letter_store

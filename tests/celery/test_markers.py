@@ -18,10 +18,10 @@ from xsm_celery.celery.task.header import ChartHeader
 from xsm_celery.celery.task.markers import (
     BackendAttemptMarkers,
     MemoryAttemptMarkers,
-    RedisAttemptMarkers,
     open_attempt_markers,
 )
 from xsm_celery.errors import ConfigurationError, WorkerLost
+from xsm_celery.redis.markers import RedisAttemptMarkers
 from xsm_celery.sqlalchemy.timers import SQLAlchemyAttemptMarkers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -148,7 +148,7 @@ def test_a_marker_survives_a_sigkill_right_after_mark(redis_url: str) -> None:
     task_id = uuid.uuid4().hex
     code = (
         "import os, signal\n"
-        "from xsm_celery.celery.task.redis_markers import RedisAttemptMarkers\n"
+        "from xsm_celery.redis.markers import RedisAttemptMarkers\n"
         f"m = RedisAttemptMarkers({redis_url!r}, 60)\n"
         f"m.mark('warm-up', 1)\n"
         f"m.mark({task_id!r}, 7)\n"
@@ -165,7 +165,7 @@ def test_a_held_marker_survives_a_sigkill_after_replies_came_back(redis_url: str
     task_id = uuid.uuid4().hex
     code = (
         "import os, signal, time\n"
-        "from xsm_celery.celery.task.redis_markers import RedisAttemptMarkers\n"
+        "from xsm_celery.redis.markers import RedisAttemptMarkers\n"
         f"m = RedisAttemptMarkers({redis_url!r}, 60)\n"
         "m.mark('warm-up', 1)\n"
         "time.sleep(0.5)  # past the kernel's 200 ms cork ceiling: the reply comes back\n"
@@ -211,7 +211,7 @@ def test_an_error_reply_to_a_marker_is_logged_and_the_line_goes_on(
         markers = RedisAttemptMarkers(redis_url.replace("redis://", f"redis://{user}@"), 60)
         task_id = uuid.uuid4().hex
         admin.set(f"xsm:attempt:{task_id}", 4)
-        with caplog.at_level("WARNING", logger="xsm_celery.celery.task.redis_markers"):
+        with caplog.at_level("WARNING", logger="xsm_celery.redis.markers"):
             for n in range(5):
                 markers.mark(uuid.uuid4().hex, n + 1)
             assert markers.started(task_id) == 4

@@ -19,7 +19,7 @@ from xsm_celery.celery.task.execute import WORKFLOW_HEADER
 from xsm_celery.celery.workflow import WORKFLOW_TASK_PREFIX
 from xsm_celery.errors import ReplayRefusedError
 from xsm_celery.patterns import DeadLetter, RetryPolicy
-from xsm_celery.patterns.dead_letter_workflow import (
+from xsm_celery.patterns.dead_letter.workflow import (
     STEP_TASK_PREFIX,
     WorkflowPart,
     WorkflowRef,

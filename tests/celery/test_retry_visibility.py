@@ -85,7 +85,7 @@ def test_a_chart_retry_is_visible_as_a_celery_retry(events_cluster: Cluster) -> 
     signals = retries(results_redis, result.id)
     assert [(task_id, cause) for task_id, _, cause in signals] == [(result.id, "ConnectionError")]
     # The prefork child's tracer was rebuilt: the retry's text is its own line, no frames.
-    line = r"xsm_celery\.celery\.tracer\.ChartRetry: Retry in [0-9.e-]+s: ConnectionError\('upstream"
+    line = r"xsm_celery\.celery\.task\.tracer\.ChartRetry: Retry in [0-9.e-]+s: ConnectionError\('upstream"
     [signalled] = results_redis.lrange(tracebacks_key(result.id), 0, -1)
     assert re.fullmatch(rf"{line} 503 for {tag}'\)\n", signalled.decode())
     assert retried[0]["traceback"] == signalled.decode()

@@ -15,7 +15,7 @@ from xsm_celery.celery.task.secrets import mask_context_errors
 from xsm_celery.eda import Envelope, InboundDispatcher, MemoryDeadLetterStore
 from xsm_celery.engine.redact import mask_text
 from xsm_celery.patterns import ERRORS_CONTEXT_KEY, DeadLetter, RetryPolicy
-from xsm_celery.patterns.dead_letter_redaction import redact_record
+from xsm_celery.patterns.dead_letter.redaction import redact_record
 from xsm_celery.persistence import MemoryStore
 from xsm_celery.sqlalchemy.urls import open_dead_letter_store
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner, Result
 
 from tests.contract_dead_letters import make_record
 from tests.sqlalchemy.test_dead_letters import pg_schema_url  # noqa: F401 (a fixture)
-from xsm_celery.cli._main import cli
+from xsm_celery.cli.group import cli
 from xsm_celery.patterns.dead_letter import DeadLetter
 from xsm_celery.sqlalchemy import SQLAlchemyDeadLetterStore
 

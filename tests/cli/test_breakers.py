@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 
 from tests import services
 from tests.cli import proj
-from xsm_celery.cli._main import cli
+from xsm_celery.cli.group import cli
 from xsm_celery.redis.breaker_state import FleetBreaker
 from xsm_celery.redis.concurrency import RedisSlots
 from xsm_celery.redis.fleet_store import FleetRedis

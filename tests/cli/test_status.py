@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from tests.cli import proj
 from tests.cli.test_celery_command import _empty, run_celery
 from tests.contract_dead_letters import make_record
-from xsm_celery.cli._main import cli
+from xsm_celery.cli.group import cli
 from xsm_celery.eda import Envelope
 from xsm_celery.sqlalchemy import SQLAlchemyOutboxStore, open_dead_letter_store
 from xsm_celery.sqlalchemy.timers import SQLAlchemyTimerStore

@@ -8,7 +8,7 @@ from celery import Celery
 from click.testing import CliRunner
 
 from tests.contract_dead_letters import make_record
-from xsm_celery.cli._main import cli
+from xsm_celery.cli.group import cli
 from xsm_celery.cli.target import DlqTarget
 from xsm_celery.django.stores import DjangoDeadLetterStore
 

@@ -15,8 +15,8 @@ from django.test import override_settings
 
 from tests.django.admin_support import MEMORY_APP, sent_tasks, task_record
 from tests.django.project.brokers import BROKER
-from xsm_celery.django.management._loop import repeat
 from xsm_celery.django.management.commands.xsm_dlq import parse_age
+from xsm_celery.django.management.looping import repeat
 from xsm_celery.django.models import AuditEntry, DeadLetterRecord
 from xsm_celery.django.stores import DjangoDeadLetterStore, DjangoOutboxStore, DjangoTimerStore
 from xsm_celery.eda import Envelope

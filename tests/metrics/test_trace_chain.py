@@ -112,7 +112,7 @@ def test_task_messages_carry_and_continue_the_trace(
 
     from opentelemetry import trace
 
-    from xsm_celery.celery.worker import observability
+    from xsm_celery.metrics import worker as observability
 
     sdk, _ = provider
     headers: dict[str, str] = {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}

@@ -8,7 +8,7 @@ runs against that implementation::
         def backend(self, redis_url):
             return RedisRateLimitBackend(redis.Redis.from_url(redis_url), prefix=unique())
 
-The suites use only the Protocols of ``xsm_celery.patterns.limit_protocols`` and real time
+The suites use only the Protocols of ``xsm_celery.patterns.limits.protocols`` and real time
 (windows of a few hundred milliseconds), so a backend that reads its server's clock passes
 them as well as the memory ones. Every key is fresh per test, so a shared server is fine.
 Lease tests wait ``short_lease_s``: 0.3 s in memory, overridden with the 2 s floor that
@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from xsm_celery.patterns.limit_protocols import (
+from xsm_celery.patterns.limits.protocols import (
     BreakerSettings,
     BreakerStateBackend,
     ConcurrencyBackend,

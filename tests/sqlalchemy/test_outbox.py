@@ -12,8 +12,8 @@ import sqlalchemy as sa
 from tests.eda.outbox_contract import FakeClock, OutboxStoreContract
 from tests.sqlalchemy.test_snapshots import Database, database  # noqa: F401 - fixture
 from xsm_celery.eda import Envelope
+from xsm_celery.eda.outbox_protocols import OutboxStore
 from xsm_celery.errors import StoreError
-from xsm_celery.persistence.protocols import OutboxStore
 from xsm_celery.sqlalchemy.outbox import OUTBOX_TABLE, SQLAlchemyOutboxStore
 from xsm_celery.sqlalchemy.snapshots import SQLAlchemyStore
 
@@ -32,7 +32,7 @@ class TestSQLAlchemyOutboxContract(OutboxStoreContract):
 
 
 def test_outbox_satisfies_the_protocol(database: Database) -> None:  # noqa: F811
-    """SQLAlchemyOutboxStore is an OutboxStore as persistence.protocols defines it."""
+    """SQLAlchemyOutboxStore is an OutboxStore as eda.outbox_protocols defines it."""
     assert isinstance(SQLAlchemyOutboxStore(database()), OutboxStore)
 
 

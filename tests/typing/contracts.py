@@ -13,7 +13,6 @@ from xsm_celery.celery.task.markers import (
     BackendAttemptMarkers,
     MemoryAttemptMarkers,
 )
-from xsm_celery.celery.task.redis_markers import RedisAttemptMarkers
 from xsm_celery.django.stores import (
     DjangoDeadLetterStore,
     DjangoInbox,
@@ -42,6 +41,7 @@ from xsm_celery.persistence import (
     TimerStore,
 )
 from xsm_celery.redis import RedisInbox
+from xsm_celery.redis.markers import RedisAttemptMarkers
 from xsm_celery.sqlalchemy import (
     SQLAlchemyAttemptMarkers,
     SQLAlchemyDeadLetterStore,

@@ -2,7 +2,8 @@
 
 Importing this package registers the shared tasks ``xsm_celery.fire_timers`` and
 ``xsm_celery.relay_outbox``, so a worker that imports it can run both Beat entries of
-``Xsm.beat_schedule(...)``.
+``Xsm.beat_schedule(...)``, and connects the worker signals that switch the exporters on
+from the ``xsm_*`` settings (``xsm_celery.metrics.worker``).
 
 Needs the ``celery`` extra. ``ChartTask`` and ``Xsm`` are the two entry points::
 
@@ -32,24 +33,31 @@ from xsm_celery.celery.task.header import HEADER
 from xsm_celery.celery.task.markers import AttemptMarkers, MemoryAttemptMarkers
 from xsm_celery.celery.task.tracer import ChartRetry
 from xsm_celery.celery.worker.consumer import DispatcherStep, install_dispatcher
-from xsm_celery.celery.worker.observability import ObservabilityConfig, observability_config
 from xsm_celery.celery.worker.relay import install_relay, relay_outbox
+from xsm_celery.celery.worker.status import sources_for_app as _sources_for_app
 from xsm_celery.celery.worker.timers import FIRE_TIMERS_TASK, fire_due_timers, fire_timers
 from xsm_celery.celery.workflow.api import Workflow, workflow_named, workflows_of
 from xsm_celery.celery.workflow.service import celery_service
 from xsm_celery.celery.workflow.stores import WorkflowStores
 from xsm_celery.celery.workflow.view import PendingTimer, WorkflowView
 from xsm_celery.errors import TaskGaveUp, WorkerLost
+from xsm_celery.metrics.worker import ObservabilityConfig, observability_config
+from xsm_celery.metrics.worker import connect_worker_signals as _connect_worker_signals
+
+# The exporters' worker wiring lives with the exporters and imports nothing of this package;
+# it is handed the app's stores here, so a worker that imports xsm_celery.celery switches on
+# what its xsm_metrics_port / xsm_tracing / xsm_send_events / xsm_log_facts settings ask for.
+_connect_worker_signals(sources=_sources_for_app)
 
 #: Modules that moved into sub-packages, importable under the paths the docs named before the
 #: move (``from xsm_celery.celery.relay import install_relay`` keeps working).
-MOVED_MODULES = {
+_MOVED_MODULES = {
     "consumer": "xsm_celery.celery.worker.consumer",
     "header": "xsm_celery.celery.task.header",
     "relay": "xsm_celery.celery.worker.relay",
     "tracer": "xsm_celery.celery.task.tracer",
 }
-for _old, _new in MOVED_MODULES.items():
+for _old, _new in _MOVED_MODULES.items():
     _sys.modules[f"{__name__}.{_old}"] = _sys.modules[_new]
 
 __all__ = [

@@ -4,7 +4,9 @@ A setting that cannot work must stop the worker at start, with the fix in the me
 misbehave at the first retry or give-up: ``xsm_timer_batch=0.5`` truncated to 0 left every
 long retry in the timer table, ``xsm_marker_ttl_s=1e30`` made Redis refuse every marker, a
 store URL with an unknown scheme failed only when the first task gave up. Store values are
-parsed here too (scheme, or the methods an object must have), without opening anything.
+parsed here too, without opening anything: the schemes a kind of store accepts and the
+methods a store object must have come from ``xsm_celery.persistence.opening``, the seam
+that opens them later.
 A number may come as a string (environment-driven configs), so it is parsed here and then
 checked by ``xsm_celery.checks.Range``, the one home of every range check.
 """
@@ -16,15 +18,16 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from xsm_celery.checks import NON_EMPTY_TEXT, Range, key_names
+from xsm_celery.checks import NON_EMPTY_TEXT, Range, Text, key_names
 from xsm_celery.errors import ConfigurationError
+from xsm_celery.persistence.opening import StoreKind, methods_for, scheme_of, schemes_for
 
 __all__ = [
     "DEFAULT_VISIBILITY_TIMEOUT_S",
+    "bounded",
     "FIELD_CHECKS",
     "MAX_MARKER_TTL_S",
     "MAX_TIMER_BATCH",
-    "STORE_SCHEMES",
     "check_countdown_against_broker",
     "check_markers_mode",
     "count",
@@ -40,23 +43,6 @@ MAX_MARKER_TTL_S = 10 * 365 * 86_400.0
 MAX_TIMER_BATCH = 100_000
 #: The visibility timeout kombu's Redis and SQS transports use when none is configured.
 DEFAULT_VISIBILITY_TIMEOUT_S = 3600.0
-
-#: The URL schemes each kind of store accepts; ``django`` is the bare value ``"django"``
-#: or ``django://<database alias>``.
-STORE_SCHEMES: Mapping[str, tuple[str, ...]] = {
-    "dead_letters": ("memory", "sqlite", "postgresql", "postgres", "django"),
-    "timers": ("sqlite", "postgresql", "postgres", "django"),
-    "markers": ("redis", "rediss", "memory", "sqlite", "postgresql", "postgres"),
-    "outbox": ("sqlite", "postgresql", "postgres", "django"),
-}
-#: The methods a store object given instead of a URL must have.
-_METHODS: Mapping[str, tuple[str, ...]] = {
-    "dead_letters": ("put",),
-    "timers": ("schedule", "claim", "delete"),
-    "markers": ("mark", "started"),
-    "outbox": ("add", "claim"),
-}
-
 
 _ADVICE = "fix it or remove it"
 
@@ -103,23 +89,29 @@ def text(key: str, value: object) -> str:
     return NON_EMPTY_TEXT.check(f"setting {key}", value, advice=_ADVICE)
 
 
+def bounded(allowed: Range | Text, default: object) -> Callable[[str, Any], Any]:
+    """The ``(key, value)`` check of a setting whose range ``xsm_celery.checks`` declares."""
+    advice = f"remove it to use the default ({default!r})"
+    return lambda key, value: allowed.check(key, value, advice=advice)
+
+
 def _scheme(url: str) -> str:
     if url == "django":
         return "django"
     return urlsplit(url).scheme.split("+", 1)[0].lower()
 
 
-def store(key: str, value: object, kind: str) -> Any:
+def store(key: str, value: object, kind: StoreKind) -> Any:
     """A store URL whose scheme this kind of store knows, or an object with its methods."""
-    schemes = STORE_SCHEMES[kind]
     if isinstance(value, str):
-        if _scheme(value) not in schemes or ("://" not in value and value != "django"):
+        schemes = schemes_for(kind)
+        if scheme_of(value) not in schemes:
             raise _refuse(
                 key, value, f"is not a store URL this setting accepts (schemes: "
                 f"{', '.join(schemes)}; for example sqlite:///xsm_celery.db)"
             )  # fmt: skip
         return value
-    missing = [m for m in _METHODS[kind] if not callable(getattr(value, m, None))]
+    missing = [m for m in methods_for(kind) if not callable(getattr(value, m, None))]
     if missing:
         raise _refuse(
             key, value, f"is neither a URL nor a store object (it has no {', '.join(missing)}())"

@@ -9,24 +9,30 @@ a setting (``xsm_dead_leter_store``) would otherwise silently fall back to the d
 
 from __future__ import annotations
 
-import importlib
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from xsm_celery.celery import setting_checks
 from xsm_celery.celery.deadletter.spool import DEFAULT_SPOOL_DIR
 from xsm_celery.celery.setting_checks import (
     FIELD_CHECKS,
+    bounded,
     check_countdown_against_broker,
     check_markers_mode,
 )
-from xsm_celery.checks import unknown_name_message
+from xsm_celery.checks import FLEET_PREFIX, MAX_DEFERRAL_S, MAX_WAIT_MS, unknown_name_message
 from xsm_celery.errors import ConfigurationError
+from xsm_celery.persistence.markers import DEFAULT_MARKER_TTL_S
 
 __all__ = [
+    "DECLARED_KEYS",
     "DEFAULT_COUNTDOWN_MAX_S",
+    "DEFAULT_FLEET_MAX_DEFERRAL_S",
+    "DEFAULT_FLEET_MAX_WAIT_MS",
+    "DEFAULT_FLEET_PREFIX",
     "DEFAULT_STORE_URL",
     "DEFAULT_WORKFLOW_OUTAGE_MAX_S",
     "DEFAULT_WORKFLOW_RECOVERY_GRACE_S",
@@ -45,9 +51,6 @@ DEFAULT_STORE_URL = "sqlite:///xsm_celery.db"
 #: is unacknowledged until it runs, so longer delays become durable timer rows.
 DEFAULT_COUNTDOWN_MAX_S = 300.0
 
-#: How long an attempt marker is kept: it only has to outlive a redelivery of the message.
-DEFAULT_MARKER_TTL_S = 86_400.0
-
 #: How long a workflow step that meets an outage or a busy key is retried, uncounted, before
 #: its message becomes a ``deferred_too_long`` dead letter: a day, long enough for any
 #: database failover or maintenance window, short enough that a store left broken is seen.
@@ -60,18 +63,55 @@ DEFAULT_WORKFLOW_RECOVERY_GRACE_S = 30.0
 #: How many due timers one Beat tick publishes at most.
 DEFAULT_TIMER_BATCH = 500
 
+#: A fleet task deferred for longer than this (since its first deferral) is dead-lettered.
+DEFAULT_FLEET_MAX_DEFERRAL_S = 3_600.0
+
+#: Longest a worker slot is held waiting inline for a fleet token or slot before deferring.
+DEFAULT_FLEET_MAX_WAIT_MS = 250.0
+
+#: Every fleet key in Redis starts with this unless ``xsm_fleet_prefix`` says otherwise.
+DEFAULT_FLEET_PREFIX = "xsm:fleet:"
+
 _PREFIX = "xsm_"
-#: Modules that call ``register_keys`` for the settings they read.
-_REGISTRARS = (
-    "xsm_celery.celery.worker.relay",
-    "xsm_celery.celery.worker.consumer",
-    "xsm_celery.celery.fleet.plan",
-    "xsm_celery.celery.worker.observability",
-    "xsm_celery.celery.task.header",
-)
-_registered: set[str] = set()
 #: A check of a value: ``(setting key, value) -> the value to use``; raises ConfigurationError.
 Check = Callable[[str, Any], Any]
+
+#: Every ``xsm_*`` setting that is not a field of ``XsmSettings``: read by one part of the
+#: package (outbox relay, fleet options, exporters, signing, workflows), declared here with
+#: its check (None: the part that reads it checks it). One table, so a key is known, and a bad
+#: value refused at start, whichever modules a worker happens to have imported.
+DECLARED_KEYS: Mapping[str, Check | None] = {
+    # The outbox relay (``worker.relay``).
+    "xsm_outbox_store": lambda k, v: setting_checks.store(k, v, "outbox"),
+    "xsm_relay_broker_url": setting_checks.text,
+    "xsm_relay_batch": lambda k, v: setting_checks.count(k, v, high=100_000),
+    "xsm_relay_lease_s": setting_checks.seconds,
+    "xsm_relay_max_batches": lambda k, v: setting_checks.count(k, v, high=100_000),
+    "xsm_relay_max_attempts": lambda k, v: setting_checks.count(k, v, high=100_000),
+    "xsm_relay_owner": setting_checks.text,
+    "xsm_event_partitions": lambda k, v: setting_checks.count(k, v, high=4096),
+    # Fleet limits and breakers (``fleet.plan``), their ranges in ``xsm_celery.checks``.
+    "xsm_redis_url": None,
+    "xsm_breakers": None,
+    "xsm_fleet_prefix": bounded(FLEET_PREFIX, DEFAULT_FLEET_PREFIX),
+    "xsm_fleet_max_deferral_s": bounded(MAX_DEFERRAL_S, DEFAULT_FLEET_MAX_DEFERRAL_S),
+    "xsm_fleet_max_wait_ms": bounded(MAX_WAIT_MS, DEFAULT_FLEET_MAX_WAIT_MS),
+    # Exporters (``xsm_celery.metrics.worker``).
+    "xsm_metrics_port": None,
+    "xsm_metrics_addr": None,
+    "xsm_tracing": None,
+    "xsm_send_events": None,
+    "xsm_log_facts": None,
+    # The key that signs the ``xsm_chart`` header (``task.header``).
+    "xsm_signing_key": None,
+    # The store of workflows that pass no ``store=`` (``workflow.context``).
+    "xsm_workflow_store": None,
+    # Django's ``XSM_CELERY`` dict, seen by Celery as this key when the Celery config is read
+    # from Django settings with ``namespace="CELERY"``: the Django app's own settings.
+    "xsm_celery": None,
+}
+#: Keys a user's own extension accepts (``register_keys``), with their checks.
+_registered: set[str] = set()
 _registered_checks: dict[str, Check] = {}
 _cache: weakref.WeakKeyDictionary[Any, XsmSettings] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
@@ -117,11 +157,11 @@ _FIELDS = {f"{_PREFIX}{name}" for name in XsmSettings.__dataclass_fields__}
 
 
 def register_keys(*keys: str, checks: Mapping[str, Check] | None = None) -> None:
-    """Accept more ``xsm_`` keys, read by another part of the package (outbox relay, consumer).
+    """Accept more ``xsm_`` keys, read by a project's own extension of the package.
 
-    Without this, ``read_settings`` would refuse them as unknown. ``checks`` maps a key to
-    its ``(key, value) -> value`` check, run when the settings are read so a bad value stops
-    the worker at start.
+    The package's own keys are all in ``DECLARED_KEYS``. Without this, ``read_settings``
+    would refuse them as unknown. ``checks`` maps a key to its ``(key, value) -> value``
+    check, run when the settings are read so a bad value stops the worker at start.
     """
     for key in (*keys, *(checks or {})):
         if not key.startswith(_PREFIX):
@@ -177,8 +217,10 @@ def _build(items: Mapping[str, Any], conf: Mapping[str, Any] | None = None) -> X
             continue
         if key in _FIELDS:
             values[key[len(_PREFIX) :]] = FIELD_CHECKS[key[len(_PREFIX) :]](key, value)
-        elif key in _registered_checks:
-            _registered_checks[key](key, value)
+        else:
+            check = DECLARED_KEYS.get(key) or _registered_checks.get(key)
+            if check is not None:
+                check(key, value)
     settings = XsmSettings(**values)
     if conf is not None:
         check_markers_mode(settings.attempt_markers, conf)
@@ -187,25 +229,7 @@ def _build(items: Mapping[str, Any], conf: Mapping[str, Any] | None = None) -> X
 
 
 def _refuse_unknown(items: Iterable[str]) -> None:
-    known = _FIELDS | _registered
     for key in items:
-        if key in known:
-            continue
-        known = _FIELDS | _load_registrations()
-        if key in known:
-            continue
-        raise ConfigurationError(unknown_name_message("Celery setting", key, known))
-
-
-def _load_registrations() -> set[str]:
-    """Import the sibling modules that register their own keys, in case nobody has yet.
-
-    The outbox relay and the consumer read settings of their own; a project that sets them
-    in ``app.conf`` before importing those modules must not be told the keys are unknown.
-    """
-    for module in _REGISTRARS:
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            continue
-    return set(_registered)
+        if key not in _FIELDS and key not in DECLARED_KEYS and key not in _registered:
+            known = _FIELDS | set(DECLARED_KEYS) | _registered
+            raise ConfigurationError(unknown_name_message("Celery setting", key, known))

@@ -2,22 +2,30 @@
 
 Celery's prefork pool forks after the app is imported, and a database connection must not
 cross a fork, so stores are opened on first use in the process that uses them and cached
-per (app, process id). A task that never gives up never opens the dead-letter store.
+per (app, process id). A task that never gives up never opens the dead-letter store. What a
+setting names is turned into a store by ``xsm_celery.persistence.opening``, the one seam
+that also serves workflows, the relay and the CLI.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
-from xsm_celery.celery.django_stores import is_django_url, open_django_store
 from xsm_celery.celery.settings import read_settings
 from xsm_celery.celery.task.markers import open_attempt_markers
-from xsm_celery.errors import ConfigurationError
+from xsm_celery.eda.opening import open_dead_letters
+from xsm_celery.patterns.dead_letter import DeadLetterStoreProtocol
+from xsm_celery.persistence.markers import AttemptMarkers
+from xsm_celery.persistence.opening import open_store
+from xsm_celery.persistence.protocols import TimerStore
 from xsm_celery.process import current_pid
 
 __all__ = ["AppStores", "stores_for"]
+
+_T = TypeVar("_T")
 
 
 class AppStores:
@@ -29,60 +37,35 @@ class AppStores:
         self._lock = threading.Lock()
         self._opened: dict[str, Any] = {}
 
-    def dead_letters(self) -> Any:
+    def dead_letters(self) -> DeadLetterStoreProtocol:
         """The configured ``DeadLetterStore`` (``xsm_dead_letter_store``)."""
         return self._once("dead_letters", self._open_dead_letters)
 
-    def timers(self) -> Any:
+    def timers(self) -> TimerStore:
         """The configured ``TimerStore`` (``xsm_timer_store``)."""
         return self._once("timers", self._open_timers)
 
-    def markers(self) -> Any:
+    def markers(self) -> AttemptMarkers:
         """Where attempt markers go (``xsm_attempt_markers``)."""
         return self._once("markers", self._open_markers)
 
-    def _once(self, name: str, opener: Any) -> Any:
+    def _once(self, name: str, opener: Callable[[], _T]) -> _T:
         found = self._opened.get(name)
         if found is None:
             with self._lock:
                 found = self._opened.get(name)
                 if found is None:
                     found = self._opened[name] = opener()
-        return found
+        return cast(_T, found)
 
-    def _open_dead_letters(self) -> Any:
+    def _open_dead_letters(self) -> DeadLetterStoreProtocol:
         value = self.settings.dead_letter_store
-        if not isinstance(value, str):
-            if not callable(getattr(value, "put", None)):
-                raise ConfigurationError(
-                    f"xsm_dead_letter_store={value!r} has no put(); give a DeadLetterStore "
-                    "or a URL such as sqlite:///dead_letters.db"
-                )
-            return value
-        if is_django_url(value):
-            return open_django_store(value, "dead_letters")
-        # URLs (memory://, sqlite:///, postgresql://) mean the same store here as in the
-        # CLI, so the celery integration resolves them with the sqlalchemy one.
-        from xsm_celery.sqlalchemy import open_dead_letter_store
+        return open_dead_letters(value, setting="xsm_dead_letter_store")
 
-        return open_dead_letter_store(value)
+    def _open_timers(self) -> TimerStore:
+        return open_store(self.settings.timer_store, "timers", setting="xsm_timer_store")
 
-    def _open_timers(self) -> Any:
-        value = self.settings.timer_store
-        if not isinstance(value, str):
-            if not all(hasattr(value, m) for m in ("schedule", "claim", "delete")):
-                raise ConfigurationError(
-                    f"xsm_timer_store={value!r} is not a TimerStore (schedule/claim/delete); "
-                    "give a database URL such as postgresql://user@host/db"
-                )
-            return value
-        if is_django_url(value):
-            return open_django_store(value, "timers")
-        from xsm_celery.sqlalchemy.timers import SQLAlchemyTimerStore
-
-        return SQLAlchemyTimerStore(value)
-
-    def _open_markers(self) -> Any:
+    def _open_markers(self) -> AttemptMarkers:
         s = self.settings
         return open_attempt_markers(self._app, s.attempt_markers, s.timer_store, s.marker_ttl_s)
 

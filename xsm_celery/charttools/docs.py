@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from xsm_celery.charttools.mermaid import event_label, to_mermaid, transition_label
 from xsm_celery.charttools.summary import summarise
 from xsm_celery.engine.builtins import canonical_builtin
+from xsm_celery.engine.mermaid import event_label, to_mermaid, transition_label
 
 if TYPE_CHECKING:
     from xsm_celery.engine.chart import ActionDef

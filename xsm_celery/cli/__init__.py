@@ -15,7 +15,7 @@ __all__ = ["main"]
 _CLI_MODULES = frozenset({"click", "rich"})
 
 try:
-    from xsm_celery.cli._main import main
+    from xsm_celery.cli.group import main
 except ImportError as exc:
     if exc.name not in _CLI_MODULES:
         raise

@@ -19,7 +19,6 @@ from rich.table import Table
 from rich.tree import Tree
 
 from xsm_celery.charttools.docs import chart_markdown
-from xsm_celery.charttools.mermaid import to_mermaid
 from xsm_celery.charttools.problems import find_problems
 from xsm_celery.charttools.simulate import simulate as run_simulation
 from xsm_celery.charttools.summary import summarise, tree_line
@@ -28,6 +27,7 @@ from xsm_celery.cli.base import EXIT_REFUSED, CliError, OneLineCommand
 from xsm_celery.cli.dispatcher import load_logic
 from xsm_celery.cli.render import make_console
 from xsm_celery.engine import Machine, create_machine, load_chart
+from xsm_celery.engine.mermaid import to_mermaid
 from xsm_celery.errors import XsmError
 
 __all__ = ["diagram", "docs", "inspect", "simulate", "validate"]

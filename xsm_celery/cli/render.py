@@ -19,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from xsm_celery.patterns.dead_letter import DeadLetter
-from xsm_celery.patterns.dead_letter_workflow import workflow_of_record
+from xsm_celery.patterns.dead_letter.workflow import workflow_of_record
 
 __all__ = [
     "audit_table",

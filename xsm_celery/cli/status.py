@@ -24,6 +24,7 @@ from xsm_celery.cli.render import make_console, when
 from xsm_celery.cli.target import _load_app
 from xsm_celery.errors import XsmError
 from xsm_celery.metrics.figures import Figures, Sources, read_figures
+from xsm_celery.persistence.opening import open_store
 
 __all__ = ["EXIT_UNREADABLE", "render_figures", "status"]
 
@@ -96,22 +97,14 @@ def _open_urls(
     opened: dict[str, Any] = {}
     try:
         if dlq:
-            from xsm_celery.sqlalchemy import open_dead_letter_store
-
-            opened["dead_letters"] = open_dead_letter_store(dlq, create_table=False,
-                                                            must_exist=True)  # fmt: skip
+            opened["dead_letters"] = open_store(dlq, "dead_letters", setting="--dlq",
+                                                existing_only=True)  # fmt: skip
         if timers:
-            from xsm_celery.sqlalchemy.timers import SQLAlchemyTimerStore
-
-            opened["timers"] = SQLAlchemyTimerStore(timers)
+            opened["timers"] = open_store(timers, "timers", setting="--timers")
         if outbox:
-            from xsm_celery.sqlalchemy import SQLAlchemyOutboxStore
-
-            opened["outbox"] = SQLAlchemyOutboxStore(outbox)
+            opened["outbox"] = open_store(outbox, "outbox", setting="--outbox")
         if instances:
-            from xsm_celery.sqlalchemy import SQLAlchemyStore
-
-            opened["instances"] = SQLAlchemyStore(instances)
+            opened["instances"] = open_store(instances, "snapshots", setting="--instances")
     except (XsmError, ValueError) as exc:
         raise CliError(str(exc)) from None
     return opened

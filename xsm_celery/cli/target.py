@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from xsm_celery.cli.base import CliError
+from xsm_celery.eda.opening import open_dead_letters
 from xsm_celery.errors import XsmError
+from xsm_celery.persistence.opening import scheme_of
 
 __all__ = ["DlqTarget"]
 
@@ -46,8 +48,9 @@ class DlqTarget:
         """Open the existing store; a missing file or table is refused, never created."""
         if self._store is None:
             source = self._store_source()
+            setting = "--dlq" if self.dlq_url else "xsm_dead_letter_store"
             try:
-                self._store = _open(source)
+                self._store = _open(source, setting)
             except XsmError as exc:
                 raise CliError(str(exc)) from None
         return self._store
@@ -70,26 +73,23 @@ class DlqTarget:
         )
 
 
-def _open(source: Any) -> Any:
+def _open(source: Any, setting: str) -> Any:
     """The store a setting value names, exactly as a worker resolves it.
 
     ``"django"`` is the Django app's table (Django is set up first, as ``manage.py`` would);
     a ``memory://`` store lives in the memory of the process that wrote it, so it is refused.
+    A file or table that does not exist is refused too: a reader never creates one.
     """
-    if isinstance(source, str) and source.startswith("memory://"):
+    scheme = scheme_of(source) if isinstance(source, str) else ""
+    if scheme == "memory":
         raise CliError(
             f"--dlq {source}: a memory store lives inside the process that wrote it and "
             "cannot be read from another one; point the worker and this command at a "
             "database (sqlite:///..., postgresql://... or 'django')"
         )
-    from xsm_celery.celery.django_stores import is_django_url, open_django_store
-
-    if is_django_url(source):
+    if scheme == "django":
         _setup_django()
-        return open_django_store(source, "dead_letters")
-    from xsm_celery.sqlalchemy import open_dead_letter_store
-
-    return open_dead_letter_store(source, create_table=False, must_exist=True)
+    return open_dead_letters(source, setting=setting, existing_only=True)
 
 
 def _setup_django() -> None:

@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from xsm_celery.demo._sqlite import connect
+from xsm_celery.demo.shared_db import connect
 
 __all__ = ["Behaviour", "FlakyUpstream", "MalformedQuote", "UpstreamTimeout"]
 

@@ -1,10 +1,11 @@
 """Event-driven plumbing: CloudEvents envelopes, broker adapters, dispatcher, outbox.
 
 Everything here is standard library only (AsyncAPI validation imports ``jsonschema``, the
-``asyncapi`` extra, when it is called). ``xsm_celery.eda`` may import
-``xsm_celery.patterns`` (it re-exports the dead-letter record and plugin from there, so
-both sources of dead letters share one record); patterns never imports eda at module
-level (the choreography router builds its dispatcher inside a function).
+``asyncapi`` extra, when it is called). ``eda`` stands on ``persistence`` (instances are
+loaded and saved with ``persisted()``, deduplicated on an ``Inbox``) and on ``patterns``
+(it re-exports the dead-letter record and plugin from there, so both sources of dead letters
+share one record). It imports the modules of ``patterns``, never the package itself, whose
+``ChoreographyRouter`` is the one name resolved from here (:mod:`.choreography`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from xsm_celery.eda.outbox import (
     consumed_events,
     publish_specs,
 )
+from xsm_celery.eda.outbox_protocols import FailedOutboxRecord, OutboxRecord, OutboxStore
 from xsm_celery.eda.outbox_store import MemoryOutboxStore, SQLiteOutboxStore
 from xsm_celery.eda.relay import OutboxRelay
 from xsm_celery.eda.replay import ReplayResult, replay_dead_letter
@@ -58,18 +60,13 @@ from xsm_celery.errors import (
     EnvelopeTooLargeError,
     ReplayRefusedError,
 )
-from xsm_celery.patterns import DeadLetterPlugin
 from xsm_celery.patterns.dead_letter import (
     DeadLetter,
     DeadLetterStore,
     MemoryDeadLetterStore,
 )
-from xsm_celery.persistence.protocols import (
-    DEFAULT_CLAIM_LEASE_S,
-    FailedOutboxRecord,
-    OutboxRecord,
-    OutboxStore,
-)
+from xsm_celery.patterns.dead_letter.plugin import DeadLetterPlugin
+from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S
 
 __all__ = [
     # Envelopes

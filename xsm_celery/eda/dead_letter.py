@@ -23,7 +23,7 @@ from xsm_celery.engine.awaiting import finish
 from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS
 from xsm_celery.errors import ArgumentTypeError, ConfigurationError
 from xsm_celery.patterns.dead_letter import DeadLetter, check_cutoff, check_limit
-from xsm_celery.patterns.dead_letter_redaction import redact_record
+from xsm_celery.patterns.dead_letter.redaction import redact_record
 from xsm_celery.persistence.sqlite import SQLiteDatabase
 
 __all__ = [

@@ -5,7 +5,7 @@ the inbox, then load the instance named by its subject, send it the event, save 
 settle the delivery. Nothing an envelope carries is raised into the loop: a malformed or
 unknown envelope is dead-lettered at once, a failing one is requeued and dead-lettered
 after ``max_attempts``, and an outage of a store is requeued without counting against the
-message. The per-delivery decision is ``_Handling``; this module drives it over batches.
+message. The per-delivery decision is ``Handling``; this module drives it over batches.
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ from typing import Any
 from xsm_celery.eda.broker import Delivery
 from xsm_celery.eda.envelope import Envelope, default_event_name
 from xsm_celery.eda.handling import Handling, Outcome
-from xsm_celery.eda.outbox import collect_publishes
+from xsm_celery.eda.outbox import collect_publishes, publish_specs
 from xsm_celery.engine import Machine
 from xsm_celery.engine.awaiting import finish, maybe_await
 from xsm_celery.engine.clock import Clock
 from xsm_celery.errors import ConfigurationError
+from xsm_celery.patterns.dead_letter import DeadLetterStore
 from xsm_celery.persistence.idempotency import IdempotencyPlugin
 from xsm_celery.persistence.locks import OptimisticLock
 from xsm_celery.persistence.protocols import Inbox, LockStrategy, StateStore
@@ -155,8 +156,6 @@ class InboundDispatcher:
         #: consumer step replaces it with a shared store).
         self.dead_letters_defaulted = dead_letters is None
         if dead_letters is None:
-            from xsm_celery.patterns.dead_letter import DeadLetterStore
-
             dead_letters = DeadLetterStore()
         self.store = store
         self.machine_for_type = machine_for_type
@@ -181,8 +180,6 @@ class InboundDispatcher:
     def _check_machines(self) -> None:
         """Refuse a malformed ``meta.publish`` now rather than at the first delivery."""
         if isinstance(self.machine_for_type, Mapping):
-            from xsm_celery.eda.outbox import publish_specs
-
             for machine in self.machine_for_type.values():
                 publish_specs(machine)
 

@@ -19,13 +19,11 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from xsm_celery.engine.events import Event
 from xsm_celery.errors import ConfigurationError, EnvelopeCorruptError, EnvelopeTooLargeError
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.ids import new_id
 from xsm_celery.persistence.memory import MAX_KEY_LENGTH
-
-if TYPE_CHECKING:
-    from xsm_celery.engine import Event
 
 __all__ = [
     "ATTEMPT_EXTENSION",
@@ -321,8 +319,6 @@ class Envelope:
         The event name is ``event_type`` or ``default_event_name(type)``; ``data`` must
         be a JSON object (or absent) because it becomes the event's payload.
         """
-        from xsm_celery.engine import Event
-
         self.validate()
         if self.data is not None and not isinstance(self.data, dict):
             raise EnvelopeCorruptError(

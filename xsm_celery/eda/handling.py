@@ -15,7 +15,8 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from xsm_celery.eda.dead_letter import redact_record
 from xsm_celery.eda.envelope import Envelope, EnvelopeCorruptError, EnvelopeTooLargeError
@@ -38,9 +39,11 @@ from xsm_celery.persistence.inbox import fingerprint
 from xsm_celery.persistence.persisted import persisted
 
 if TYPE_CHECKING:
-    from xsm_celery.eda.dispatcher import InboundDispatcher
+    from xsm_celery.engine.clock import Clock
+    from xsm_celery.persistence.idempotency import IdempotencyPlugin
+    from xsm_celery.persistence.protocols import LockStrategy, StateStore
 
-__all__ = ["Handling", "Outcome", "StepFailedError"]
+__all__ = ["DispatcherView", "Handling", "Outcome", "StepFailedError"]
 
 logger = logging.getLogger("xsm_celery.eda")
 
@@ -85,6 +88,70 @@ class _InstanceDoneError(XsmError):
     """The instance is in a final state and takes no more events."""
 
 
+class DispatcherView(Protocol):
+    """What one delivery's handling reads from the dispatcher that runs it.
+
+    ``InboundDispatcher`` provides it. It is declared here, by shape, because the dispatcher
+    creates a ``Handling`` per delivery and so imports this module.
+    """
+
+    @property
+    def store(self) -> StateStore:
+        """Where the instances live."""
+
+    @property
+    def lock(self) -> LockStrategy:
+        """How concurrent writers of one instance are kept apart."""
+
+    @property
+    def clock(self) -> Clock | None:
+        """The instances' clock."""
+
+    @property
+    def plugins(self) -> tuple[Any, ...]:
+        """Plugins attached to every instance."""
+
+    @property
+    def idempotency(self) -> IdempotencyPlugin | None:
+        """Deduplication on the inbox, when there is one."""
+
+    @property
+    def max_attempts(self) -> int:
+        """Failed deliveries before an envelope is dead-lettered."""
+
+    @property
+    def on_unknown(self) -> str:
+        """``"dead_letter"`` or ``"ignore"`` for a type no machine handles."""
+
+    @property
+    def dead_letters(self) -> Any:
+        """The dead-letter store or sink."""
+
+    @property
+    def event_type(self) -> Callable[[Envelope], str]:
+        """The chart event an envelope becomes."""
+
+    @property
+    def key_for(self) -> Callable[[Envelope, Machine], str]:
+        """The instance key of an envelope."""
+
+    @property
+    def dedup_key(self) -> Callable[[Envelope], str]:
+        """The inbox key of an envelope."""
+
+    def machine_for(self, envelope_type: str) -> Machine | None:
+        """The machine for a CloudEvents type, or None."""
+
+    def attempts_of(self, envelope: Envelope) -> int:
+        """Deliveries of this envelope so far, as far as the dispatcher knows."""
+
+    def count_failure(self, envelope: Envelope) -> int:
+        """Count one failed attempt; return the attempts so far."""
+
+    def forget(self, envelope_id: str) -> None:
+        """Drop what the dispatcher remembers of a settled envelope."""
+
+
 def _decode(raw: Any) -> Envelope:
     if isinstance(raw, Envelope):
         return raw
@@ -105,7 +172,7 @@ def _raw_view(raw: Any) -> dict[str, Any]:
 class Handling:
     """The processing of one delivery by one dispatcher."""
 
-    def __init__(self, dispatcher: InboundDispatcher, raw: Any, topic: str | None) -> None:
+    def __init__(self, dispatcher: DispatcherView, raw: Any, topic: str | None) -> None:
         self.d = dispatcher
         self.raw = raw
         self.topic = topic

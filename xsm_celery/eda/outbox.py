@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Iterator
 from typing import Any, NamedTuple
 
 from xsm_celery.eda.envelope import Envelope
-from xsm_celery.engine import Machine, PluginBase, public_context, redact
+from xsm_celery.engine import InterpreterView, Machine, PluginBase, public_context, redact
 from xsm_celery.engine.awaiting import finish
 from xsm_celery.engine.chart import StateNode, Transition
 from xsm_celery.errors import ArgumentTypeError, ConfigurationError
@@ -225,7 +225,11 @@ class OutboxPlugin(PluginBase):
         )
 
     def on_transition(
-        self, i: Any, from_states: set[StateNode], to_states: set[StateNode], transition: Transition
+        self,
+        i: InterpreterView,
+        from_states: set[StateNode],
+        to_states: set[StateNode],
+        transition: Transition,
     ) -> None:
         """Build the envelopes this transition and the states it entered declare."""
         try:
@@ -237,7 +241,9 @@ class OutboxPlugin(PluginBase):
         if built:
             self._batch(i).envelopes.extend(built)
 
-    def _build(self, i: Any, entered: set[StateNode], transition: Transition) -> list[Envelope]:
+    def _build(
+        self, i: InterpreterView, entered: set[StateNode], transition: Transition
+    ) -> list[Envelope]:
         built: list[Envelope] = []
         value = transition.meta.get("publish") if transition.meta else None
         if value not in (None, False):
@@ -249,34 +255,34 @@ class OutboxPlugin(PluginBase):
                 built.append(self._envelope(i, kind, _copy_fields(i.context, None)))
         return built
 
-    def on_event_processed(self, i: Any, event: Any, receipt: Any) -> None:
+    def on_event_processed(self, i: InterpreterView, event: Any, receipt: Any) -> None:
         """Outside ``persisted()`` there is no save to wait for: hand the envelopes over now."""
         if not is_persisted(i):
             self._flush(i)
 
-    def on_interpreter_stop(self, i: Any) -> None:
+    def on_interpreter_stop(self, i: InterpreterView) -> None:
         """Hand over what a stopped, unmanaged interpreter still holds."""
         if not is_persisted(i):
             self._flush(i)
 
-    def on_before_save(self, i: Any) -> None:
+    def on_before_save(self, i: InterpreterView) -> None:
         """Refuse the save when a publication of this step could not be built."""
         with self._lock:
             batch = self._batches.get(i)
         if batch is not None and batch.error is not None:
             raise batch.error
 
-    def on_persist(self, i: Any, store: Any) -> None:
+    def on_persist(self, i: InterpreterView, store: Any) -> None:
         """Write the envelopes in the save's transaction (outbox store sinks)."""
         if self._to_store:
             self._flush(i)
 
-    def on_commit(self, i: Any) -> None:
+    def on_commit(self, i: InterpreterView) -> None:
         """Publish after the save committed (broker sinks)."""
         if not self._to_store:
             self._flush(i)
 
-    def on_rollback(self, i: Any) -> None:
+    def on_rollback(self, i: InterpreterView) -> None:
         """Nothing was saved: drop what the step built, so nothing is announced."""
         with self._lock:
             self._batches.pop(i, None)

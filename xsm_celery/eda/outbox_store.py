@@ -18,12 +18,9 @@ from typing import Any
 from xsm_celery.eda import lease_ranges
 from xsm_celery.eda.envelope import Envelope
 from xsm_celery.eda.lease_ranges import LEASE_SCHEMA, PENDING
+from xsm_celery.eda.outbox_protocols import FailedOutboxRecord, OutboxRecord
 from xsm_celery.errors import ArgumentTypeError, ConfigurationError, StoreError
-from xsm_celery.persistence.protocols import (
-    DEFAULT_CLAIM_LEASE_S,
-    FailedOutboxRecord,
-    OutboxRecord,
-)
+from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S
 from xsm_celery.persistence.sqlite import SQLiteDatabase, SQLiteStore
 
 __all__ = ["MAX_ERROR_CHARS", "MemoryOutboxStore", "SQLiteOutboxStore"]

@@ -24,9 +24,10 @@ from collections.abc import Sequence
 
 from xsm_celery.eda.broker import BatchPublisher, BrokerAdapter, SyncBrokerAdapter, maybe_await
 from xsm_celery.eda.outages import is_broker_outage
+from xsm_celery.eda.outbox_protocols import OutboxRecord, OutboxStore
 from xsm_celery.errors import ConfigurationError
 from xsm_celery.hooks import FactKind, emit, wants
-from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, OutboxRecord, OutboxStore
+from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S
 
 __all__ = ["DEFAULT_BATCH", "DEFAULT_MAX_ATTEMPTS", "OutboxRelay"]
 

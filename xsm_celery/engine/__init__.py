@@ -20,6 +20,7 @@ from xsm_celery.engine.invoke import ActorRef, CallbackLogic, from_callback
 from xsm_celery.engine.logic import MachineLogic
 from xsm_celery.engine.machine import Machine, create_machine, load_chart
 from xsm_celery.engine.plugins import (
+    InterpreterView,
     LoggingInspector,
     Plugin,
     PluginBase,
@@ -73,6 +74,7 @@ __all__ = [
     "TimerHandle",
     "WallClock",
     # Plugins
+    "InterpreterView",
     "LoggingInspector",
     "Plugin",
     "PluginBase",

@@ -17,7 +17,7 @@ from xsm_celery.engine import delivery, services
 from xsm_celery.engine.awaiting import await_value
 from xsm_celery.engine.effects import action_failed
 from xsm_celery.engine.events import Event, Receipt, to_event
-from xsm_celery.engine.invoke import ActorRef
+from xsm_celery.engine.invoke import ActorRef, forget_actor, track_actor
 from xsm_celery.engine.runtime import RUNNING, Core
 from xsm_celery.engine.state import NOT_STARTED
 from xsm_celery.errors import WaitTimeoutError
@@ -205,7 +205,7 @@ class Interpreter(Core):
         if loop is None:
             super()._start_awaitable(inv, node, result)
             return
-        actor = services.track_actor(self, inv, node)
+        actor = track_actor(self, inv, node)
         task = loop.create_task(await_value(result))
         actor.task = task
         task.add_done_callback(lambda t: self._task_finished(node, actor, t))
@@ -230,7 +230,7 @@ class Interpreter(Core):
     def _task_finished(self, node: StateNode, actor: ActorRef, task: asyncio.Task[Any]) -> None:
         if actor.stopped or task.cancelled():
             return
-        services.forget_actor(self, node, actor)
+        forget_actor(self, node, actor)
         actor.stopped = True
         inv = actor.definition
         error = task.exception()

@@ -8,36 +8,47 @@ the parent gets ``done.invoke.<id>`` with the child's ``output``; when it fails 
 or a step raises) the parent gets ``error.platform.<id>`` and the child is stopped. It is
 stopped when the invoking state exits (a spawned child: on ``stopChild`` or when the parent
 stops or finishes), and it travels inside the parent's snapshot.
+
+A child's snapshot is taken and restored by the same functions as its parent's, which
+:mod:`~xsm_celery.engine.snapshot` passes in (``snapshot_of``, ``restore``): the snapshot
+module calls this one for the children it holds, so importing it back would be a cycle.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from xsm_celery.engine.events import EngineEvent
+from xsm_celery.engine.chart import InvokeDef
+from xsm_celery.engine.events import EngineEvent, Event
+from xsm_celery.engine.invoke import forget_actor, track_actor
+from xsm_celery.engine.machine import Machine
 from xsm_celery.engine.plugins import dispatch
+from xsm_celery.errors import SnapshotCorruptError
 
 if TYPE_CHECKING:
-    from xsm_celery.engine.chart import InvokeDef, StateNode
+    from xsm_celery.engine.chart import StateNode
+    from xsm_celery.engine.clock import Clock
     from xsm_celery.engine.invoke import ActorRef
-    from xsm_celery.engine.machine import Machine
     from xsm_celery.engine.runtime import Core
 
 __all__ = ["child_failed", "restore_children", "saved_children", "start_child"]
 
 logger = logging.getLogger("xsm_celery.engine")
 
+#: ``snapshot.snapshot_dict``: one interpreter's snapshot as a dict.
+SnapshotOf = Callable[["Core"], dict[str, Any]]
+#: ``snapshot.restore``: set up a blank interpreter from a snapshot.
+Restore = Callable[["Core", Any, Machine, "Clock | None"], None]
+
 
 def start_child(core: Core, inv: InvokeDef, node: StateNode, machine: Machine, input: Any) -> None:
     """Create, register and start a child interpreter for ``inv``, owned by ``node``."""
-    from xsm_celery.engine.services import forget_actor, track_actor
-
     child = type(core)(machine, clock=core.clock, input=input)
     _adopt(core, child, inv)
-    actor = track_actor(core, inv, node)
-    actor.child = child
-    actor.cleanup = child._halt
+    actor = _attach(core, child, inv, node)
     try:
         child._begin()
     except Exception as exc:
@@ -52,6 +63,15 @@ def _adopt(core: Core, child: Core, inv: InvokeDef) -> None:
     child._invoked_as = inv
 
 
+def _attach(core: Core, child: Core, inv: InvokeDef, node: StateNode) -> ActorRef:
+    """The actor that stands for ``child``: events sent to it run the child's step."""
+    actor = track_actor(core, inv, node)
+    actor.child = child
+    actor.cleanup = child._halt
+    actor.deliver = functools.partial(_deliver_to_child, core, actor)
+    return actor
+
+
 def child_finished(child: Core) -> None:
     """Called by a child reaching its final state: the parent gets ``done.invoke.<id>``."""
     parent = child.parent
@@ -63,8 +83,6 @@ def child_finished(child: Core) -> None:
         return
     for node, actors in list(parent._actors.items()):
         if actor in actors:
-            from xsm_celery.engine.services import forget_actor
-
             forget_actor(parent, node, actor)
     actor.stopped = True
     if parent._plugins:
@@ -82,7 +100,7 @@ def child_failed(core: Core, inv: InvokeDef, exc: BaseException) -> None:
     core._post_internal(EngineEvent(inv.error_type, exc, inv.id))
 
 
-def deliver_to_child(parent: Core, actor: ActorRef, event: Any) -> None:
+def _deliver_to_child(parent: Core, actor: ActorRef, event: Event) -> None:
     """Send an event into a child machine; a child whose step raises has failed."""
     child = actor.child
     assert child is not None
@@ -91,17 +109,13 @@ def deliver_to_child(parent: Core, actor: ActorRef, event: Any) -> None:
     except Exception as exc:
         for node, actors in list(parent._actors.items()):
             if actor in actors:
-                from xsm_celery.engine.services import forget_actor
-
                 forget_actor(parent, node, actor)
         actor.stop()
         child_failed(parent, actor.definition, exc)
 
 
-def saved_children(core: Core) -> dict[str, Any]:
+def saved_children(core: Core, snapshot_of: SnapshotOf) -> dict[str, Any]:
     """The child machines of ``core`` for its snapshot: owner state, src and the child's own."""
-    from xsm_celery.engine.snapshot import snapshot_dict
-
     saved: dict[str, Any] = {}
     for node, actors in core._actors.items():
         for actor in actors:
@@ -113,23 +127,18 @@ def saved_children(core: Core) -> dict[str, Any]:
                 "src": inv.src,
                 "owner": node.id,
                 "spawned": inv not in node.invoke,
-                "snapshot": snapshot_dict(child),
+                "snapshot": snapshot_of(child),
             }
     return saved
 
 
-def restore_children(core: Core, saved: Any) -> None:
+def restore_children(core: Core, saved: Any, restore: Restore) -> None:
     """Re-create the child machines a snapshot holds, each restored from its own snapshot.
 
     Raises:
         SnapshotCorruptError: a child entry is malformed, its src is not a machine of the
             logic, or its owner state is not active.
     """
-    from xsm_celery.engine.chart import InvokeDef
-    from xsm_celery.engine.machine import Machine
-    from xsm_celery.engine.services import track_actor
-    from xsm_celery.errors import SnapshotCorruptError
-
     if not isinstance(saved, dict):
         raise SnapshotCorruptError("snapshot field 'children' must be an object")
     for actor_id, item in saved.items():
@@ -150,10 +159,6 @@ def restore_children(core: Core, saved: Any) -> None:
             inv = InvokeDef(core.machine.root, str(src), actor_id, "spawnChild")
             inv.impl = machine
         child = type(core).__new__(type(core))
-        from xsm_celery.engine.snapshot import restore
-
         restore(child, item["snapshot"], machine, core.clock)
         _adopt(core, child, inv)
-        actor = track_actor(core, inv, owner)
-        actor.child = child
-        actor.cleanup = child._halt
+        _attach(core, child, inv, owner)

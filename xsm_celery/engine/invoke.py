@@ -17,9 +17,10 @@ from xsm_celery.engine.events import Event, to_event
 from xsm_celery.errors import ArgumentTypeError
 
 if TYPE_CHECKING:
-    from xsm_celery.engine.chart import InvokeDef
+    from xsm_celery.engine.chart import InvokeDef, StateNode
+    from xsm_celery.engine.runtime import Core
 
-__all__ = ["ActorRef", "CallbackLogic", "from_callback"]
+__all__ = ["ActorRef", "CallbackLogic", "forget_actor", "from_callback", "track_actor"]
 
 logger = logging.getLogger("xsm_celery.engine")
 
@@ -66,8 +67,8 @@ class ActorRef:
     called; events it sends back after that are dropped.
     """
 
-    __slots__ = ("_lock", "child", "cleanup", "definition", "interp", "receivers", "stopped",
-                 "task")  # fmt: skip
+    __slots__ = ("_lock", "child", "cleanup", "definition", "deliver", "interp", "receivers",
+                 "stopped", "task")  # fmt: skip
 
     def __init__(self, interp: Any, definition: InvokeDef) -> None:
         self.interp = interp
@@ -78,6 +79,9 @@ class ActorRef:
         self.task: Any = None
         #: The child interpreter when the service is a machine, else None.
         self.child: Any = None
+        #: Where ``send`` hands events when the actor is a child machine (set by
+        #: :mod:`~xsm_celery.engine.children`, which owns what a failing child means).
+        self.deliver: Callable[[Event], None] | None = None
         self._lock = threading.Lock()
 
     @property
@@ -101,10 +105,8 @@ class ActorRef:
         if self.stopped:
             return
         event = to_event(event_or_type, payload)
-        if self.child is not None:
-            from xsm_celery.engine.children import deliver_to_child
-
-            deliver_to_child(self.interp, self, event)
+        if self.deliver is not None:
+            self.deliver(event)
             return
         for handler in list(self.receivers):
             try:
@@ -130,3 +132,22 @@ class ActorRef:
 
     def __repr__(self) -> str:
         return f"ActorRef(id={self.id!r}, stopped={self.stopped})"
+
+
+def track_actor(core: Core, inv: InvokeDef, node: StateNode) -> ActorRef:
+    """A new actor of ``inv``, owned by ``node`` (stopped when it exits) and listed by id."""
+    actor = ActorRef(core, inv)
+    core._actors.setdefault(node, []).append(actor)
+    core.children[inv.id] = actor
+    return actor
+
+
+def forget_actor(core: Core, node: StateNode, actor: ActorRef) -> None:
+    """Drop an actor that finished by itself from its state's list and ``children``."""
+    actors = core._actors.get(node)
+    if actors is not None and actor in actors:
+        actors.remove(actor)
+        if not actors:
+            del core._actors[node]
+    if core.children.get(actor.id) is actor:
+        del core.children[actor.id]

@@ -8,11 +8,25 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from xsm_celery.errors import ArgumentTypeError
 
-__all__ = ["MachineLogic", "accepts_params"]
+__all__ = ["ChildMachine", "MachineLogic", "accepts_params"]
+
+
+@runtime_checkable
+class ChildMachine(Protocol):
+    """A service that is a chart, run as a child machine: what a ``Machine`` provides.
+
+    Declared here by shape so that ``MachineLogic`` can accept a machine as a service at
+    construction without importing :mod:`~xsm_celery.engine.machine`, which builds machines
+    from a ``MachineLogic`` and so imports this module.
+    """
+
+    root: Any
+    nodes: tuple[Any, ...]
+    structure_hash: str
 
 
 class MachineLogic:
@@ -40,11 +54,9 @@ class MachineLogic:
         self.guards: dict[str, Callable[..., Any]] = dict(guards or {})
         self.services: dict[str, Any] = dict(services or {})
         self.delays: dict[str, Any] = dict(delays or {})
-        from xsm_celery.engine.machine import Machine
-
         for kind in ("actions", "guards", "services"):
             for name, impl in getattr(self, kind).items():
-                if kind == "services" and isinstance(impl, Machine):
+                if kind == "services" and isinstance(impl, ChildMachine):
                     continue
                 if not callable(impl):
                     raise ArgumentTypeError(

@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from xsm_celery.engine import mermaid
 from xsm_celery.engine.build import TreeBuilder
 from xsm_celery.engine.builtins import builtin_action, canonical_builtin, check_params
 from xsm_celery.engine.chart import (
@@ -23,6 +24,7 @@ from xsm_celery.engine.chart import (
     StateNode,
     Transition,
 )
+from xsm_celery.engine.context_model import context_model as model_validator
 from xsm_celery.engine.hashing import structure_hash
 from xsm_celery.engine.logic import MachineLogic, accepts_params
 from xsm_celery.engine.redact import public_context
@@ -183,9 +185,7 @@ class Machine:
 
     def to_mermaid(self) -> str:
         """The machine as Mermaid ``stateDiagram-v2`` text (0.11.0's ``Machine.to_mermaid``)."""
-        from xsm_celery.charttools.mermaid import to_mermaid
-
-        return to_mermaid(self)
+        return mermaid.to_mermaid(self)
 
     def iter_states(self) -> Iterator[StateNode]:
         """Every state node in document order, the root first."""
@@ -293,7 +293,7 @@ def create_machine(
             the user's context keys (``_xsm_`` keys filtered out); it raises to refuse, and
             a returned dict is written back (coerced values, defaults).
         context_model: A pydantic model class, shorthand for
-            ``context_validator=xsm_celery.contrib.pydantic.context_model(model)`` (needs
+            ``context_validator=xsm_celery.engine.context_model.context_model(model)`` (needs
             the ``pydantic`` extra).
         chain_limit: Microsteps one event may cause before it is a runaway (0.11.0's
             ``max_microsteps``); also bounds events actions queue and timers due at once.
@@ -311,8 +311,6 @@ def create_machine(
     if context_model is not None:
         if context_validator is not None:
             raise ConfigurationError("pass context_model= or context_validator=, not both")
-        from xsm_celery.contrib.pydantic import context_model as model_validator
-
         context_validator = model_validator(context_model)
     return Machine(config, logic, strict_config, context_validator, chain_limit)
 

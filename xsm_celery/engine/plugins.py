@@ -19,8 +19,10 @@ if TYPE_CHECKING:
 
     from xsm_celery.engine.chart import ActionDef, InvokeDef, StateNode, Transition
     from xsm_celery.engine.events import Event, Receipt
+    from xsm_celery.engine.machine import Machine
 
 __all__ = [
+    "InterpreterView",
     "LoggingInspector",
     "Plugin",
     "PluginBase",
@@ -33,6 +35,45 @@ __all__ = [
 logger = logging.getLogger("xsm_celery.engine")
 
 
+class InterpreterView(Protocol):
+    """What every hook receives as ``i``: the interpreter it observes, as far as a plugin uses it.
+
+    Both interpreters (and a child machine) satisfy it; a plugin that needs more of the
+    interpreter than this names it in its own annotation. The hooks run on the thread running
+    the step, so a plugin may read and write ``context`` in place.
+    """
+
+    @property
+    def id(self) -> str:
+        """The machine's id, or the actor id a child machine is known by."""
+
+    @property
+    def machine(self) -> Machine:
+        """The chart the interpreter runs."""
+
+    @property
+    def status(self) -> str:
+        """``not_started``, ``running``, ``done`` or ``stopped``."""
+
+    @property
+    def context(self) -> dict[str, Any]:
+        """The live context (actions mutate it in place)."""
+
+    @property
+    def current_state_ids(self) -> set[str]:
+        """Full dotted ids of the active leaves."""
+
+    @property
+    def store_key(self) -> str | None:
+        """The key the instance is stored under, inside ``persisted()``; else None."""
+
+    def wall_now(self) -> float:
+        """Wall-clock time of the interpreter's clock, in epoch seconds."""
+
+    def get_snapshot(self) -> str:
+        """The machine at rest as a JSON string."""
+
+
 class Plugin(Protocol):
     """What the interpreter calls on a plugin: every hook, each a no-op by default.
 
@@ -40,33 +81,33 @@ class Plugin(Protocol):
     subclass either still conforms when it defines every hook (mypy checks it structurally).
     """
 
-    def on_interpreter_start(self, i: Any) -> None:
+    def on_interpreter_start(self, i: InterpreterView) -> None:
         """The interpreter started, before the initial states are entered."""
         return
 
-    def on_interpreter_stop(self, i: Any) -> None:
+    def on_interpreter_stop(self, i: InterpreterView) -> None:
         """The interpreter stopped; timers are cancelled and actors cleaned up."""
         return
 
-    def on_before_send(self, i: Any, event: Event) -> Receipt | None:
+    def on_before_send(self, i: InterpreterView, event: Event) -> Receipt | None:
         """A caller sent ``event``; return a Receipt to answer it without running it."""
         return None
 
-    def on_event_received(self, i: Any, event: Event) -> None:
+    def on_event_received(self, i: InterpreterView, event: Event) -> None:
         """An event (caller's or engine-minted) is about to be processed."""
         return
 
-    def on_event_processed(self, i: Any, event: Event, receipt: Receipt) -> None:
+    def on_event_processed(self, i: InterpreterView, event: Event, receipt: Receipt) -> None:
         """An event and its eventless transitions have settled; ``receipt`` is the outcome."""
         return
 
-    def on_event_dropped(self, i: Any, event: Event, reason: str) -> None:
+    def on_event_dropped(self, i: InterpreterView, event: Event, reason: str) -> None:
         """An event was not processed: ``not_running`` or ``engine_event`` (a forged name)."""
         return
 
     def on_transition(
         self,
-        i: Any,
+        i: InterpreterView,
         from_states: set[StateNode],
         to_states: set[StateNode],
         transition: Transition,
@@ -74,39 +115,47 @@ class Plugin(Protocol):
         """A transition was taken; the sets are the active states before and after."""
         return
 
-    def on_action_execute(self, i: Any, action: ActionDef) -> None:
+    def on_action_execute(self, i: InterpreterView, action: ActionDef) -> None:
         """An action is about to run."""
         return
 
-    def on_action_error(self, i: Any, action: ActionDef, error: BaseException) -> None:
+    def on_action_error(self, i: InterpreterView, action: ActionDef, error: BaseException) -> None:
         """An action raised; the rest of its list was skipped and the machine goes on."""
         return
 
-    def on_guard_evaluated(self, i: Any, guard_name: str, event: Event, result: bool) -> None:
+    def on_guard_evaluated(
+        self, i: InterpreterView, guard_name: str, event: Event, result: bool
+    ) -> None:
         """A guard was evaluated (a guard that raised counts as False)."""
         return
 
-    def on_guard_error(self, i: Any, guard_name: str, event: Event, error: BaseException) -> None:
+    def on_guard_error(
+        self, i: InterpreterView, guard_name: str, event: Event, error: BaseException
+    ) -> None:
         """A guard raised; it was treated as False."""
         return
 
-    def on_service_start(self, i: Any, invocation: InvokeDef) -> None:
+    def on_service_start(self, i: InterpreterView, invocation: InvokeDef) -> None:
         """A service or callback actor is starting."""
         return
 
-    def on_service_done(self, i: Any, invocation: InvokeDef, result: Any) -> None:
+    def on_service_done(self, i: InterpreterView, invocation: InvokeDef, result: Any) -> None:
         """A service returned; ``result`` becomes ``onDone``'s ``event.data``."""
         return
 
-    def on_service_error(self, i: Any, invocation: InvokeDef, error: BaseException) -> None:
+    def on_service_error(
+        self, i: InterpreterView, invocation: InvokeDef, error: BaseException
+    ) -> None:
         """A service (or an actor's setup) raised; ``error`` becomes ``onError``'s data."""
         return
 
-    def on_plugin_error(self, i: Any, plugin: Any, hook: str, error: BaseException) -> None:
+    def on_plugin_error(
+        self, i: InterpreterView, plugin: Any, hook: str, error: BaseException
+    ) -> None:
         """Another plugin's hook raised; it was contained."""
         return
 
-    def on_done(self, i: Any, output: Any) -> None:
+    def on_done(self, i: InterpreterView, output: Any) -> None:
         """The machine reached a top-level final state."""
         return
 
@@ -181,18 +230,16 @@ class LoggingInspector(PluginBase):
     def _clean(self, value: Any) -> Any:
         return redact(value, self.redact_keys)
 
-    def on_interpreter_start(self, i: Any) -> None:
+    def on_interpreter_start(self, i: InterpreterView) -> None:
         self.log.log(self.level, "[%s] started", i.id)
 
-    def on_interpreter_stop(self, i: Any) -> None:
+    def on_interpreter_stop(self, i: InterpreterView) -> None:
         self.log.log(self.level, "[%s] stopped", i.id)
 
-    def on_event_received(self, i: Any, event: Event) -> None:
-        self.log.log(
-            self.level, "[%s] event %s %s", i.id, event.type, self._clean(event.payload)
-        )
+    def on_event_received(self, i: InterpreterView, event: Event) -> None:
+        self.log.log(self.level, "[%s] event %s %s", i.id, event.type, self._clean(event.payload))
 
-    def on_event_processed(self, i: Any, event: Event, receipt: Receipt) -> None:
+    def on_event_processed(self, i: InterpreterView, event: Event, receipt: Receipt) -> None:
         if self.log_context:
             self.log.log(
                 self.level, "[%s] after %s: context %s", i.id, event.type, self._clean(i.context)
@@ -200,7 +247,7 @@ class LoggingInspector(PluginBase):
 
     def on_transition(
         self,
-        i: Any,
+        i: InterpreterView,
         from_states: set[StateNode],
         to_states: set[StateNode],
         transition: Transition,
@@ -209,33 +256,37 @@ class LoggingInspector(PluginBase):
         after = sorted(s.id for s in to_states if s.is_leaf)
         self.log.log(self.level, "[%s] %s -> %s on %s", i.id, before, after, transition.event)
 
-    def on_action_execute(self, i: Any, action: ActionDef) -> None:
+    def on_action_execute(self, i: InterpreterView, action: ActionDef) -> None:
         self.log.log(self.level, "[%s] action %s", i.id, action.type)
 
-    def on_action_error(self, i: Any, action: ActionDef, error: BaseException) -> None:
+    def on_action_error(self, i: InterpreterView, action: ActionDef, error: BaseException) -> None:
         self.log.error("[%s] action %s raised %s: %s", i.id, action.type, type(error).__name__,
                        self._clean(str(error)))  # fmt: skip
 
-    def on_guard_evaluated(self, i: Any, guard_name: str, event: Event, result: bool) -> None:
+    def on_guard_evaluated(
+        self, i: InterpreterView, guard_name: str, event: Event, result: bool
+    ) -> None:
         self.log.log(self.level, "[%s] guard %s -> %s", i.id, guard_name, result)
 
-    def on_service_start(self, i: Any, invocation: InvokeDef) -> None:
+    def on_service_start(self, i: InterpreterView, invocation: InvokeDef) -> None:
         self.log.log(self.level, "[%s] service %s started (%s)", i.id, invocation.src,
                      invocation.id)  # fmt: skip
 
-    def on_service_done(self, i: Any, invocation: InvokeDef, result: Any) -> None:
+    def on_service_done(self, i: InterpreterView, invocation: InvokeDef, result: Any) -> None:
         self.log.log(self.level, "[%s] service %s done: %s", i.id, invocation.src,
                      self._clean(result))  # fmt: skip
 
-    def on_service_error(self, i: Any, invocation: InvokeDef, error: BaseException) -> None:
+    def on_service_error(
+        self, i: InterpreterView, invocation: InvokeDef, error: BaseException
+    ) -> None:
         self.log.warning("[%s] service %s failed: %s: %s", i.id, invocation.src,
                          type(error).__name__, error)  # fmt: skip
 
-    def on_done(self, i: Any, output: Any) -> None:
+    def on_done(self, i: InterpreterView, output: Any) -> None:
         self.log.log(self.level, "[%s] done, output %s", i.id, self._clean(output))
 
 
-def dispatch(i: Any, plugins: list[Any], hook: str, args: tuple[Any, ...]) -> Any:
+def dispatch(i: InterpreterView, plugins: list[Any], hook: str, args: tuple[Any, ...]) -> Any:
     """Call ``hook`` on every plugin, containing failures; the first non-None result wins.
 
     Plugins need not subclass :class:`PluginBase`: a missing hook is skipped.
@@ -256,7 +307,7 @@ def dispatch(i: Any, plugins: list[Any], hook: str, args: tuple[Any, ...]) -> An
 
 
 def report_plugin_error(
-    i: Any, plugins: list[Any], plugin: Any, hook: str, error: Exception
+    i: InterpreterView, plugins: list[Any], plugin: Any, hook: str, error: Exception
 ) -> None:
     """Log a failed hook and tell the other plugins; a failure in that report is only logged."""
     logger.error(

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from xsm_celery.engine.chart import InvokeDef
 from xsm_celery.engine.children import start_child
 from xsm_celery.engine.events import EngineEvent, Event
-from xsm_celery.engine.invoke import ActorRef, CallbackLogic
+from xsm_celery.engine.invoke import ActorRef, CallbackLogic, forget_actor, track_actor
 from xsm_celery.engine.machine import Machine
 from xsm_celery.engine.plugins import dispatch
 from xsm_celery.errors import ConfigurationError, ImplementationMissingError
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from xsm_celery.engine.runtime import Core
 
 __all__ = [
-    "forget_actor",
     "service_done",
     "service_failed",
     "spawn",
@@ -34,7 +33,6 @@ __all__ = [
     "start_pending_invokes",
     "stop_actors",
     "stop_all_actors",
-    "track_actor",
 ]
 
 logger = logging.getLogger("xsm_celery.engine")
@@ -163,25 +161,6 @@ def _start_actor(
         return
     if callable(cleanup):
         actor.cleanup = cleanup
-
-
-def track_actor(core: Core, inv: InvokeDef, node: StateNode) -> ActorRef:
-    """A new actor of ``inv``, owned by ``node`` (stopped when it exits) and listed by id."""
-    actor = ActorRef(core, inv)
-    core._actors.setdefault(node, []).append(actor)
-    core.children[inv.id] = actor
-    return actor
-
-
-def forget_actor(core: Core, node: StateNode, actor: ActorRef) -> None:
-    """Drop an actor that finished by itself from its state's list and ``children``."""
-    actors = core._actors.get(node)
-    if actors is not None and actor in actors:
-        actors.remove(actor)
-        if not actors:
-            del core._actors[node]
-    if core.children.get(actor.id) is actor:
-        del core.children[actor.id]
 
 
 def stop_actors(core: Core, node: StateNode) -> None:

@@ -91,7 +91,7 @@ def snapshot_dict(core: Core) -> dict[str, Any]:
         "deadlines": deadlines,
         "delayed": delayed,
         "output": core.output,
-        "children": saved_children(core) if core._actors else {},
+        "children": saved_children(core, snapshot_dict) if core._actors else {},
         "history": {
             hist.id: [s.id for s in kept] for hist, kept in core._history.items()
         },
@@ -362,6 +362,6 @@ def restore(
             rearm_delayed(core, delayed)
         children = data.get("children")
         if children is not None and children != {}:
-            restore_children(core, children)
+            restore_children(core, children, restore)
         core.clock.attach(core)
         core._timers_armed()

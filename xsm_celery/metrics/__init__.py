@@ -1,8 +1,9 @@
 """Observability of xsm_celery: Prometheus metrics, OpenTelemetry spans, Celery events, logs.
 
-Every exporter here is a subscriber of the one fact stream, ``xsm_celery.hooks``; the rest
-of the package never imports this one. In a Celery worker they are switched on by settings
-(see ``xsm_celery.celery.worker.observability``); elsewhere, call the ``install_*`` functions::
+Every exporter here is a subscriber of the one fact stream, ``xsm_celery.hooks``; the core
+never imports this package, and it imports no other integration of the package. In a Celery
+worker they are switched on by settings (see ``xsm_celery.metrics.worker``); elsewhere, call
+the ``install_*`` functions::
 
     from xsm_celery.metrics import install_prometheus, install_tracing
 

@@ -4,9 +4,10 @@ Celery's prefork pool runs tasks in child processes, and each child's counters l
 own memory. ``prometheus_client`` solves that with a directory of memory-mapped files, one
 per process, which the serving process adds up on every scrape. ``prepare_multiprocess``
 chooses that directory (``PROMETHEUS_MULTIPROC_DIR`` when set, else a fresh private one)
-before the pool forks; ``serve`` starts the HTTP server in the worker's main process with
-a registry that reads the files plus the store figures. The same code serves the solo and
-threads pools, where there is one process and the files cost nothing extra.
+before the pool forks and remembers it (``multiprocess_dir``) until ``release_multiprocess``;
+``serve`` starts the HTTP server in the worker's main process with a registry that reads the
+files plus the store figures. The same code serves the solo and threads pools, where there is
+one process and the files cost nothing extra.
 """
 
 from __future__ import annotations
@@ -28,12 +29,22 @@ try:
 except ImportError as exc:
     raise MissingExtraError(extra="metrics", module="prometheus_client") from exc
 
-__all__ = ["ENV", "MetricsServer", "mark_process_dead", "prepare_multiprocess", "serve"]
+__all__ = [
+    "ENV",
+    "MetricsServer",
+    "mark_process_dead",
+    "multiprocess_dir",
+    "prepare_multiprocess",
+    "release_multiprocess",
+    "serve",
+]
 
 logger = logging.getLogger(__name__)
 
 #: The environment variable ``prometheus_client`` reads its multiprocess directory from.
 ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+_prepared: str | None = None
 
 
 def prepare_multiprocess() -> tuple[str, bool]:
@@ -44,6 +55,7 @@ def prepare_multiprocess() -> tuple[str, bool]:
     imported it before the worker started gets the multiprocess class set afterwards, which
     is what the library's own import would have chosen with the variable set.
     """
+    global _prepared
     path = os.environ.get(ENV) or os.environ.get(ENV.lower())
     created = False
     if not path:
@@ -59,7 +71,22 @@ def prepare_multiprocess() -> tuple[str, bool]:
     if not isinstance(values.ValueClass, type) or values.ValueClass.__name__ == "MutexValue":
         # ``current_pid`` instead of ``os.getpid``: the library asks on every increment.
         values.ValueClass = values.MultiProcessValue(current_pid)  # type: ignore[no-untyped-call]
+    _prepared = path
     return path, created
+
+
+def multiprocess_dir() -> str | None:
+    """The directory ``prepare_multiprocess`` chose in this process, until it is released."""
+    return _prepared
+
+
+def release_multiprocess(path: str, created: bool) -> None:
+    """Forget ``path`` as this process's metric directory; remove it if it was ``created``."""
+    global _prepared
+    if _prepared == path:
+        _prepared = None
+    if created:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def mark_process_dead(pid: int) -> None:
@@ -88,8 +115,7 @@ class MetricsServer:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
-        if self.created:
-            shutil.rmtree(self.path, ignore_errors=True)
+        release_multiprocess(self.path, self.created)
 
 
 def serve(

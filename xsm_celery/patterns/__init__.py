@@ -5,10 +5,12 @@ Retry, dead letters, the breaker and sagas are charts plus a little logic, so th
 same engine as the user's own machines, persist with them and render in the same diagrams.
 The rate limiters, bulkheads, timeouts, fallback, pipeline and idempotency are plain standard
 library code usable with or without Celery; their shared state sits behind the Protocols of
-``limit_protocols`` and ``idempotency``. See docs/patterns.md and docs/sagas.md.
+``limits.protocols`` and ``idempotency``. See docs/patterns.md and docs/sagas.md.
 """
 
 from __future__ import annotations
+
+import typing
 
 from xsm_celery.errors import (
     BulkheadRejectedError,
@@ -19,21 +21,29 @@ from xsm_celery.errors import (
     RateLimitExceededError,
     RetryExhaustedError,
 )
-from xsm_celery.patterns.aimd import AIMDBulkhead, AIMDConfig
-from xsm_celery.patterns.breaker import CircuitBreaker, CircuitState, circuit_breaker
-from xsm_celery.patterns.breaker_backend import MemoryBreakerStateBackend, breaker_from_settings
-from xsm_celery.patterns.breaker_chart import CIRCUIT_BREAKER_CONFIG, circuit_breaker_logic
-from xsm_celery.patterns.bulkhead import Bulkhead, BulkheadConfig, BulkheadStats, bulkhead
-from xsm_celery.patterns.choreography import ChoreographyRouter, Route
+from xsm_celery.patterns.breaker import (
+    CIRCUIT_BREAKER_CONFIG,
+    PRESETS,
+    BreakerConfig,
+    CircuitBreaker,
+    CircuitBreakerRegistry,
+    CircuitState,
+    MemoryBreakerStateBackend,
+    breaker_from_settings,
+    circuit_breaker,
+    circuit_breaker_logic,
+    parse_breaker_settings,
+)
 from xsm_celery.patterns.dead_letter import (
+    DEAD_LETTER_TAG,
     DeadLetter,
+    DeadLetterPlugin,
     DeadLetterReason,
     DeadLetterSink,
     DeadLetterStore,
     DeadLetterStoreProtocol,
     MemoryDeadLetterStore,
 )
-from xsm_celery.patterns.dead_letter_plugin import DEAD_LETTER_TAG, DeadLetterPlugin
 from xsm_celery.patterns.error_chain import ERRORS_CONTEXT_KEY, error_entry
 from xsm_celery.patterns.events import (
     EVENT_KINDS,
@@ -58,31 +68,37 @@ from xsm_celery.patterns.idempotency import (
     idempotent,
 )
 from xsm_celery.patterns.jitter import Jitter
-from xsm_celery.patterns.limit_memory import MemoryConcurrencyBackend, MemoryRateLimitBackend
-from xsm_celery.patterns.limit_protocols import (
+from xsm_celery.patterns.limits import (
     Admission,
+    AIMDBulkhead,
+    AIMDConfig,
+    AimdParams,
     BreakerDecision,
     BreakerSettings,
     BreakerStateBackend,
     BreakerStatus,
+    Bulkhead,
+    BulkheadConfig,
+    BulkheadStats,
     ConcurrencyBackend,
+    LimiterStats,
+    MemoryConcurrencyBackend,
+    MemoryRateLimitBackend,
     OutagePolicy,
     RateAlgorithm,
     RateLimitBackend,
+    RateLimiter,
     RateSpec,
+    SlidingWindow,
+    SlidingWindowLimiter,
+    TokenBucket,
+    bulkhead,
+    rate_limited,
 )
 from xsm_celery.patterns.pipeline import DEFAULT_ORDER, STAGES, ResiliencePipeline
-from xsm_celery.patterns.rate_limit import LimiterStats, RateLimiter, TokenBucket, rate_limited
-from xsm_celery.patterns.registry import (
-    PRESETS,
-    BreakerConfig,
-    CircuitBreakerRegistry,
-    parse_breaker_settings,
-)
 from xsm_celery.patterns.retry import ErrorPredicate, ResultPredicate, RetryPolicy
 from xsm_celery.patterns.retry_call import acall_with_retry, call_with_retry, retry
 from xsm_celery.patterns.saga import SagaBuilder, SagaStep
-from xsm_celery.patterns.sliding_window import SlidingWindow, SlidingWindowLimiter
 from xsm_celery.patterns.timeout import (
     Deadline,
     TimeoutManager,
@@ -153,6 +169,7 @@ __all__ = [
     # Bulkheads
     "AIMDBulkhead",
     "AIMDConfig",
+    "AimdParams",
     "Bulkhead",
     "BulkheadConfig",
     "BulkheadRejectedError",
@@ -198,3 +215,21 @@ __all__ = [
     "event_from_fact",
     "on_event",
 ]
+
+if typing.TYPE_CHECKING:
+    from xsm_celery.eda.choreography import ChoreographyRouter, Route
+
+
+def __getattr__(name: str) -> object:
+    """``ChoreographyRouter`` and ``Route``, from :mod:`xsm_celery.eda.choreography`.
+
+    The router is an ``InboundDispatcher`` over routes, so it lives in ``eda``; seed 003
+    imports it from here. It is resolved on first use because ``eda`` imports the dead-letter
+    modules of this package: importing ``eda`` while this package initialises would find it
+    half-built.
+    """
+    if name in ("ChoreographyRouter", "Route"):
+        from xsm_celery.eda import choreography
+
+        return getattr(choreography, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,17 +11,17 @@ new one, so a shared base can be extended per call site.
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar
 
-from xsm_celery.checks import positive_int
-from xsm_celery.errors import ArgumentTypeError, ConfigurationError
+from xsm_celery.checks import PAUSE_SECONDS, positive_int
+from xsm_celery.errors import ArgumentTypeError
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns.retry import ExceptionTypes
+from xsm_celery.patterns.wrapping import wrap_calls
 
 __all__ = ["Fallback"]
 
@@ -75,11 +75,8 @@ class Fallback(Generic[T]):
         For a quick second chance; use ``RetryPolicy`` for backoff with jitter.
         """
         positive_int("attempts", attempts)
-        if isinstance(delay_s, bool) or not isinstance(delay_s, int | float) or not (
-            0 <= delay_s < float("inf")
-        ):
-            raise ConfigurationError(f"delay_s must be a finite number >= 0, got {delay_s!r}")
-        return self._then(_Strategy("retry", attempts=attempts, delay_s=float(delay_s)))
+        pause_s = PAUSE_SECONDS.require("delay_s", delay_s)
+        return self._then(_Strategy("retry", attempts=attempts, delay_s=pause_s))
 
     def alternative(self, fn: Callable[..., T | Awaitable[T]]) -> Fallback[T]:
         """Call ``fn`` with the same arguments instead (a replica, a cache, another vendor)."""
@@ -134,19 +131,7 @@ class Fallback(Generic[T]):
 
     def __call__(self, fn: Callable[P, T]) -> Callable[P, T]:
         """Use the fallback as a decorator on a plain or ``async def`` function."""
-        if inspect.iscoroutinefunction(fn):
-
-            @functools.wraps(fn)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                return await self.acall(fn, *args, **kwargs)
-
-            return async_wrapper  # type: ignore[return-value]
-
-        @functools.wraps(fn)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-            return self.call(fn, *args, **kwargs)
-
-        return wrapper
+        return wrap_calls(fn, self.call, self.acall)
 
     def _then(self, strategy: _Strategy) -> Fallback[T]:
         return Fallback(on=self.on, name=self.name, _strategies=(*self._strategies, strategy))

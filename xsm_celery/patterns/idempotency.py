@@ -15,21 +15,20 @@ share ``IdempotencyStore``, and one contract suite holds them to the same behavi
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import inspect
 import json
 import logging
-import math
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal, ParamSpec, Protocol, TypeVar, runtime_checkable
+from typing import Any, Literal, ParamSpec, Protocol, TypeVar, cast, runtime_checkable
 
+from xsm_celery.checks import POSITIVE_SECONDS
 from xsm_celery.engine import Clock, WallClock
-from xsm_celery.errors import ArgumentTypeError, ConfigurationError, IdempotencyInProgressError
+from xsm_celery.errors import ArgumentTypeError, IdempotencyInProgressError
 from xsm_celery.hooks import FactKind, emit
+from xsm_celery.patterns.wrapping import wrap_calls
 
 __all__ = [
     "Claim",
@@ -56,11 +55,7 @@ def check_ttl(name: str, value: object, *, allow_none: bool) -> float | None:
     """``value`` as seconds > 0 (None allowed when ``allow_none``: keep for ever)."""
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigurationError(f"{name} must be a number of seconds > 0, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigurationError(f"{name} must be finite and > 0 seconds, got {value!r}")
-    return float(value)
+    return POSITIVE_SECONDS.require(name, value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,11 +212,36 @@ class _Guard:
             emit(FactKind.IDEMPOTENT_REPLAYED, call=self.name)
         return full_key, token, claim
 
+    def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run ``fn`` once for its key; a repeat gets the stored result."""
+        full_key, token, claim = self.begin(args, kwargs)
+        if claim.status == "done":
+            return cast(T, self.replay(claim))
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException:
+            self.store.release(full_key, token)
+            raise
+        return self.finish(full_key, token, result)
+
+    async def acall(self, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Like ``call``, awaiting ``fn``."""
+        full_key, token, claim = self.begin(args, kwargs)
+        if claim.status == "done":
+            return cast(T, self.replay(claim))
+        try:
+            result = await fn(*args, **kwargs)
+        except BaseException:
+            self.store.release(full_key, token)
+            raise
+        return self.finish(full_key, token, result)
+
     def replay(self, claim: Claim) -> Any:
+        """The stored result: what the function returned for this key, read by ``loads``."""
         assert claim.result is not None
         return self.loads(claim.result)
 
-    def finish(self, full_key: str, token: str, result: Any) -> Any:
+    def finish(self, full_key: str, token: str, result: T) -> T:
         try:
             payload = self.dumps(result)
         except (TypeError, ValueError) as exc:
@@ -282,36 +302,6 @@ def idempotent(
             dumps=dumps,
             loads=loads,
         )
-        if inspect.iscoroutinefunction(fn):
-
-            @functools.wraps(fn)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                full_key, token, claim = guard.begin(args, kwargs)
-                if claim.status == "done":
-                    return guard.replay(claim)
-                try:
-                    result = await fn(*args, **kwargs)
-                except BaseException:
-                    chosen_store.release(full_key, token)
-                    raise
-                return guard.finish(full_key, token, result)
-
-            async_wrapper.idempotency_store = chosen_store  # type: ignore[attr-defined]
-            return async_wrapper  # type: ignore[return-value]
-
-        @functools.wraps(fn)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-            full_key, token, claim = guard.begin(args, kwargs)
-            if claim.status == "done":
-                return guard.replay(claim)  # type: ignore[no-any-return]
-            try:
-                result = fn(*args, **kwargs)
-            except BaseException:
-                chosen_store.release(full_key, token)
-                raise
-            return guard.finish(full_key, token, result)  # type: ignore[no-any-return]
-
-        wrapper.idempotency_store = chosen_store  # type: ignore[attr-defined]
-        return wrapper
+        return wrap_calls(fn, guard.call, guard.acall, idempotency_store=chosen_store)
 
     return decorate

@@ -25,15 +25,17 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ParamSpec, TypeVar
 
+from xsm_celery.checks import POSITIVE_SECONDS
 from xsm_celery.errors import ArgumentTypeError, ConfigurationError, RateLimitExceededError
-from xsm_celery.patterns.breaker import CircuitBreaker
-from xsm_celery.patterns.bulkhead import Bulkhead
+from xsm_celery.patterns.breaker.circuit import CircuitBreaker
 from xsm_celery.patterns.fallback import Fallback
-from xsm_celery.patterns.limit_protocols import Admission
-from xsm_celery.patterns.rate_limit import BaseLimiter, check_timeout
+from xsm_celery.patterns.limits.bulkhead import Bulkhead
+from xsm_celery.patterns.limits.protocols import Admission
+from xsm_celery.patterns.limits.rate_limit import BaseLimiter, check_timeout
 from xsm_celery.patterns.retry import RetryPolicy
 from xsm_celery.patterns.retry_call import arun_with_retry, run_with_retry
-from xsm_celery.patterns.timeout import arun_with_timeout, check_seconds, run_with_timeout
+from xsm_celery.patterns.timeout import arun_with_timeout, run_with_timeout
+from xsm_celery.patterns.wrapping import wrap_calls
 
 __all__ = ["DEFAULT_ORDER", "STAGES", "ResiliencePipeline"]
 
@@ -140,19 +142,7 @@ class ResiliencePipeline:
 
     def __call__(self, fn: Callable[P, T]) -> Callable[P, T]:
         """Use the pipeline as a decorator on a plain or ``async def`` function."""
-        if inspect.iscoroutinefunction(fn):
-
-            @functools.wraps(fn)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                return await self.acall(fn, *args, **kwargs)
-
-            return async_wrapper  # type: ignore[return-value]
-
-        @functools.wraps(fn)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-            return self.call(fn, *args, **kwargs)
-
-        return wrapper
+        return wrap_calls(fn, self.call, self.acall)
 
     def _sync_stage(self, stage: str, label: str, call: _Sync) -> Any:
         policy = self.policies[stage]
@@ -225,7 +215,7 @@ def _check_order(order: Sequence[str] | None, policies: dict[str, Any]) -> tuple
 
 def _check_policy(stage: str, policy: Any) -> None:
     if stage == "timeout":
-        check_seconds("timeout_s", policy)
+        POSITIVE_SECONDS.require("timeout_s", policy)
         return
     if not isinstance(policy, STAGES[stage]):
         expected = STAGES[stage]

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from xsm_celery.checks import positive_int
+from xsm_celery.checks import BACKOFF_CAP_MS, BACKOFF_FACTOR, BACKOFF_MS, positive_int
 from xsm_celery.engine import MachineLogic
 from xsm_celery.errors import ArgumentTypeError, ConfigurationError
 from xsm_celery.patterns.error_chain import ERRORS_CONTEXT_KEY
@@ -57,17 +57,6 @@ def _holds(predicate: Callable[[Any], bool], value: object) -> bool | None:
         return bool(predicate(value))
     except Exception:
         return None
-
-
-def _number(name: str, value: object, *, allow_inf: bool) -> float:
-    """``value`` as a float >= 0; NaN, negatives and (unless allowed) inf are refused."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigurationError(f"{name} must be a number >= 0, got {value!r}")
-    number = float(value)
-    if math.isnan(number) or number < 0 or (math.isinf(number) and not allow_inf):
-        valid = "[0, inf]" if allow_inf else "[0, inf)"
-        raise ConfigurationError(f"{name} must be in {valid}, got {value!r}")
-    return number
 
 
 def _exception_types(name: str, value: ExceptionTypes) -> tuple[type[BaseException], ...]:
@@ -150,20 +139,15 @@ class RetryPolicy:
         retry_on_result: ResultPredicate | None = None,
     ) -> None:
         positive_int("max_attempts", max_attempts)
-        factor_value = _number("factor", factor, allow_inf=False)
-        if factor_value < 1.0:
-            raise ConfigurationError(
-                f"factor must be in [1, inf) so delays never shrink, got {factor!r}"
-            )
         if not callable(rng):
             raise ArgumentTypeError(
                 f"rng must be a callable returning a float in [0, 1], got {rng!r}"
             )
         values = {
             "max_attempts": max_attempts,
-            "base_ms": _number("base_ms", base_ms, allow_inf=False),
-            "factor": factor_value,
-            "max_ms": _number("max_ms", max_ms, allow_inf=True),
+            "base_ms": BACKOFF_MS.require("base_ms", base_ms),
+            "factor": BACKOFF_FACTOR.require("factor", factor),
+            "max_ms": BACKOFF_CAP_MS.require("max_ms", max_ms),
             "jitter": parse_jitter(jitter),
             "rng": rng,
             "retry_on": _exception_types("retry_on", retry_on),
@@ -322,7 +306,7 @@ class RetryPolicy:
         """The context keys :meth:`logic` reads and writes for ``attempt_key``.
 
         The counter, the previous delay and the private give-up mark: what a chart task may
-        carry between runs on behalf of its policy (see ``xsm_celery.celery.header``).
+        carry between runs on behalf of its policy (see ``xsm_celery.celery.task.header``).
         """
         keys = _Keys(attempt_key)
         return (keys.attempt, keys.delay, keys.give_up)

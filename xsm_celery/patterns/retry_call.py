@@ -28,6 +28,7 @@ from xsm_celery.errors import ArgumentTypeError, DeadlineExceededError, RetryExh
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns.retry import RetryPolicy
 from xsm_celery.patterns.timeout import current_deadline
+from xsm_celery.patterns.wrapping import wrap_calls
 
 __all__ = ["acall_with_retry", "arun_with_retry", "call_with_retry", "retry", "run_with_retry"]
 
@@ -150,19 +151,13 @@ def retry(
         raise ArgumentTypeError("retry() takes a RetryPolicy or its options, not both")
     chosen = policy if policy is not None else RetryPolicy(**options)
 
+    def run(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return call_with_retry(chosen, fn, *args, **kwargs)
+
+    async def arun(fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await acall_with_retry(chosen, fn, *args, **kwargs)
+
     def decorate(fn: Callable[P, T]) -> Callable[P, T]:
-        if inspect.iscoroutinefunction(fn):
-
-            @functools.wraps(fn)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                return await acall_with_retry(chosen, fn, *args, **kwargs)
-
-            return async_wrapper  # type: ignore[return-value]
-
-        @functools.wraps(fn)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-            return call_with_retry(chosen, fn, *args, **kwargs)
-
-        return wrapper
+        return wrap_calls(fn, run, arun)
 
     return decorate

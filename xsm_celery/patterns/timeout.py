@@ -21,14 +21,15 @@ import contextlib
 import contextvars
 import functools
 import inspect
-import math
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
+from xsm_celery.checks import POSITIVE_SECONDS
 from xsm_celery.errors import ConfigurationError, DeadlineExceededError, UnknownNameError
 from xsm_celery.hooks import FactKind, emit
+from xsm_celery.patterns.wrapping import wrap_calls
 
 __all__ = [
     "Deadline",
@@ -46,22 +47,13 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-def check_seconds(name: str, value: object) -> float:
-    """``value`` as a finite number of seconds > 0."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigurationError(f"{name} must be a number of seconds > 0, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigurationError(f"{name} must be finite and > 0 seconds, got {value!r}")
-    return float(value)
-
-
 class Deadline:
     """A point in monotonic time by which work must be done."""
 
     __slots__ = ("at", "budget_s", "name")
 
     def __init__(self, seconds: float, *, name: str = "deadline") -> None:
-        self.budget_s = check_seconds("seconds", seconds)
+        self.budget_s = POSITIVE_SECONDS.require("seconds", seconds)
         self.at = time.monotonic() + self.budget_s
         self.name = name
 
@@ -112,7 +104,7 @@ def deadline(seconds: float, *, name: str = "deadline") -> Iterator[Deadline]:
 
 def _budget(timeout_s: float | None, name: str) -> tuple[float, float]:
     """The seconds this call may take, and the budget to report if it runs out."""
-    own = None if timeout_s is None else check_seconds("timeout_s", timeout_s)
+    own = None if timeout_s is None else POSITIVE_SECONDS.require("timeout_s", timeout_s)
     outer = _current.get()
     if outer is None:
         if own is None:
@@ -212,23 +204,20 @@ def with_timeout(
     timeout_s: float, *, name: str | None = None
 ) -> Callable[[Callable[P, T]], Callable[P, T]]:
     """Decorate a plain or ``async def`` function with a timeout (capped by any deadline)."""
-    seconds = check_seconds("timeout_s", timeout_s)
+    seconds = POSITIVE_SECONDS.require("timeout_s", timeout_s)
 
     def decorate(fn: Callable[P, T]) -> Callable[P, T]:
         label = name or fn.__qualname__
-        if inspect.iscoroutinefunction(fn):
 
-            @functools.wraps(fn)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                return await arun_with_timeout(label, seconds, fn(*args, **kwargs))
+        def run(target: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+            return run_with_timeout(label, seconds, functools.partial(target, *args, **kwargs))
 
-            return async_wrapper  # type: ignore[return-value]
+        async def arun(
+            target: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
+        ) -> T:
+            return await arun_with_timeout(label, seconds, target(*args, **kwargs))
 
-        @functools.wraps(fn)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-            return run_with_timeout(label, seconds, functools.partial(fn, *args, **kwargs))
-
-        return wrapper
+        return wrap_calls(fn, run, arun)
 
     return decorate
 
@@ -247,10 +236,12 @@ class TimeoutManager:
         self, timeouts: Mapping[str, float] | None = None, *, default_s: float | None = None
     ) -> None:
         self._timeouts = {
-            name: check_seconds(f"timeout '{name}'", value)
+            name: POSITIVE_SECONDS.require(f"timeout '{name}'", value)
             for name, value in (timeouts or {}).items()
         }
-        self.default_s = None if default_s is None else check_seconds("default_s", default_s)
+        self.default_s = (
+            None if default_s is None else POSITIVE_SECONDS.require("default_s", default_s)
+        )
 
     def get(self, name: str) -> float:
         """The timeout for ``name``, or the default.
@@ -267,7 +258,7 @@ class TimeoutManager:
 
     def set(self, name: str, seconds: float) -> None:
         """Set or change the timeout for ``name``."""
-        self._timeouts[name] = check_seconds(f"timeout '{name}'", seconds)
+        self._timeouts[name] = POSITIVE_SECONDS.require(f"timeout '{name}'", seconds)
 
     def call(self, name: str, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """``call_with_timeout`` with the timeout named ``name``."""

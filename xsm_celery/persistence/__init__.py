@@ -1,4 +1,5 @@
-"""Where machine instances live between deliveries: stores, locks, inbox, durable timers.
+"""Where machine instances live between deliveries: stores, locks, inbox, durable timers, and
+the seam that opens a store from a setting (``opening``).
 
 Standard library only. The protocols in ``xsm_celery.persistence.protocols`` are what the
 SQLAlchemy, Django and Redis integrations implement.
@@ -7,6 +8,7 @@ SQLAlchemy, Django and Redis integrations implement.
 from __future__ import annotations
 
 from xsm_celery.errors import ConflictError, StoreError
+from xsm_celery.persistence.family import WorkflowStores
 from xsm_celery.persistence.idempotency import (
     Admission,
     AdmissionKind,
@@ -14,17 +16,16 @@ from xsm_celery.persistence.idempotency import (
 )
 from xsm_celery.persistence.inbox import MemoryInbox, SQLiteInbox, fingerprint
 from xsm_celery.persistence.locks import OptimisticLock, PessimisticLock
+from xsm_celery.persistence.markers import AttemptMarkers, MemoryAttemptMarkers
 from xsm_celery.persistence.memory import MemoryStore
+from xsm_celery.persistence.opening import StoreRequest, open_store, register_scheme
 from xsm_celery.persistence.persisted import is_persisted, persisted
 from xsm_celery.persistence.protocols import (
     DEFAULT_CLAIM_LEASE_S,
     DueTimer,
-    FailedOutboxRecord,
     Inbox,
     InboxEntry,
     LockStrategy,
-    OutboxRecord,
-    OutboxStore,
     StateStore,
     StoredSnapshot,
     TimerStore,
@@ -57,6 +58,14 @@ __all__ = [
     "MemoryTimerStore",
     "ScanResult",
     "deadlines_of",
+    # Opening stores from settings (URLs or objects)
+    "StoreRequest",
+    "WorkflowStores",
+    "open_store",
+    "register_scheme",
+    # Attempt markers
+    "AttemptMarkers",
+    "MemoryAttemptMarkers",
     # Deduplication
     "Admission",
     "AdmissionKind",
@@ -67,9 +76,6 @@ __all__ = [
     "Inbox",
     "InboxEntry",
     "LockStrategy",
-    "FailedOutboxRecord",
-    "OutboxRecord",
-    "OutboxStore",
     "StateStore",
     "StoredSnapshot",
     "TimerStore",

@@ -19,7 +19,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from xsm_celery.engine import Event, PluginBase, Receipt
+from xsm_celery.engine import Event, InterpreterView, PluginBase, Receipt
 from xsm_celery.errors import StoreError
 from xsm_celery.persistence.inbox import fingerprint
 from xsm_celery.persistence.persisted import is_persisted
@@ -155,7 +155,7 @@ class IdempotencyPlugin(PluginBase):
     def _scope(self, interp: Any) -> str:
         return self.scope_for(self.principal, str(interp.store_key or interp.id))
 
-    def on_before_send(self, i: Any, event: Event) -> Receipt | None:
+    def on_before_send(self, i: InterpreterView, event: Event) -> Receipt | None:
         """Answer a known key from the inbox; claim a new one."""
         key = self.key_of(event)
         if key is None:
@@ -178,7 +178,7 @@ class IdempotencyPlugin(PluginBase):
             self._claims.setdefault(i, []).append((scope, key, event))
         return None
 
-    def on_event_processed(self, i: Any, event: Event, receipt: Receipt) -> None:
+    def on_event_processed(self, i: InterpreterView, event: Event, receipt: Receipt) -> None:
         """Mark the claimed key now, or at the save when inside ``persisted()``."""
         with self._lock:
             claims = self._claims.get(i, [])
@@ -196,7 +196,7 @@ class IdempotencyPlugin(PluginBase):
         shares = getattr(self.inbox, "shares_transaction_with", None)
         return bool(shares is not None and shares(store))
 
-    def on_persist(self, i: Any, store: Any) -> None:
+    def on_persist(self, i: InterpreterView, store: Any) -> None:
         """Write the receipts in the snapshot's transaction when the inbox shares it."""
         if not self.shares_transaction(store):
             return
@@ -206,7 +206,7 @@ class IdempotencyPlugin(PluginBase):
         for scope, key, receipt in done:
             self.complete(scope, key, receipt)
 
-    def on_commit(self, i: Any) -> None:
+    def on_commit(self, i: InterpreterView) -> None:
         """The save committed: write the receipts an unshared inbox still waits for."""
         with self._lock:
             done = self._done.pop(i, [])
@@ -214,7 +214,7 @@ class IdempotencyPlugin(PluginBase):
         for scope, key, receipt in done:
             self.complete(scope, key, receipt)
 
-    def on_rollback(self, i: Any) -> None:
+    def on_rollback(self, i: InterpreterView) -> None:
         """Nothing was saved: release every claim so redeliveries run again."""
         with self._lock:
             pending = [(s, k) for s, k, _ in self._claims.pop(i, [])]

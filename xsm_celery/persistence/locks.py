@@ -5,6 +5,9 @@ loser of a race gets ``ConflictError`` and ``run`` retries it from a fresh load 
 actions ran once more: at-least-once). ``PessimisticLock`` holds the store's lock for the
 whole load-act-save, which on SQL stores is one transaction: outbox rows written in it
 roll back with the snapshot.
+
+A strategy's ``run`` drives ``persisted()``, so this module imports that one; ``persisted()``
+given no lock behaves as ``OptimisticLock`` without needing the class.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from xsm_celery.errors import ConfigurationError, ConflictError
+from xsm_celery.persistence.persisted import persisted
 
 if TYPE_CHECKING:
     from xsm_celery.engine import Machine
@@ -58,8 +62,6 @@ class OptimisticLock:
         self, store: StateStore, key: str, machine: Machine, fn: Callable[[Any], T], **options: Any
     ) -> T:
         """Run ``fn(interpreter)`` in ``persisted()``, re-running it after a lost race."""
-        from xsm_celery.persistence.persisted import persisted
-
         for attempt in range(self.retries + 1):
             try:
                 with persisted(store, key, machine, lock=self, **options) as interp:
@@ -99,8 +101,6 @@ class PessimisticLock:
         self, store: StateStore, key: str, machine: Machine, fn: Callable[[Any], T], **options: Any
     ) -> T:
         """Run ``fn(interpreter)`` once in ``persisted()`` under the lock."""
-        from xsm_celery.persistence.persisted import persisted
-
         with persisted(store, key, machine, lock=self, **options) as interp:
             result = fn(interp)
         return result

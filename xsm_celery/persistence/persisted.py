@@ -26,7 +26,6 @@ from typing import Any
 from xsm_celery.engine import Machine, SyncInterpreter
 from xsm_celery.engine.clock import Clock
 from xsm_celery.errors import StoreError
-from xsm_celery.persistence.locks import OptimisticLock
 from xsm_celery.persistence.protocols import LockStrategy, StateStore
 
 __all__ = ["is_persisted", "load_interpreter", "persisted", "save_interpreter"]
@@ -144,16 +143,16 @@ def persisted(
 ) -> Iterator[SyncInterpreter]:
     """Yield the running interpreter of ``key``; save it when the block exits cleanly.
 
-    Under the default ``OptimisticLock`` a concurrent writer makes the exit raise
-    ``ConflictError`` (a block cannot be re-run: use ``lock.run`` to retry). Under
-    ``PessimisticLock`` the store's lock (its transaction, on SQL stores) is held for the
-    whole block. The interpreter is stopped either way.
+    Without a ``lock`` the block is optimistic, as under ``OptimisticLock``: nothing is held
+    and a concurrent writer makes the exit raise ``ConflictError`` (a block cannot be re-run:
+    use ``lock.run`` to retry). Under ``PessimisticLock`` the store's lock (its transaction,
+    on SQL stores) is held for the whole block. The interpreter is stopped either way.
 
     Args:
         store: A ``StateStore``.
         key: The instance key.
         machine: The chart the instance runs.
-        lock: ``OptimisticLock()`` (default) or ``PessimisticLock()``.
+        lock: ``OptimisticLock()`` (what ``None`` means) or ``PessimisticLock()``.
         clock: The interpreter's clock (tests pass a ``SimulatedClock``).
         plugins: Plugins attached before anything runs.
         create: Start a fresh instance when ``key`` is unknown; otherwise ``StoreError``.
@@ -161,11 +160,11 @@ def persisted(
         expected_machine_hash: Also accept snapshots of this older structure hash.
         before_commit: Callables run with the interpreter inside the save's transaction.
     """
-    strategy: LockStrategy = lock if lock is not None else OptimisticLock()
     hooks = list(plugins)
     committed = False
     with contextlib.ExitStack() as stack:
-        stack.enter_context(strategy.acquire(store, key))
+        if lock is not None:
+            stack.enter_context(lock.acquire(store, key))
         interp, version = load_interpreter(
             store,
             key,
@@ -183,7 +182,7 @@ def persisted(
                 store,
                 key,
                 interp,
-                expected_version=strategy.expected(version),
+                expected_version=version if lock is None else lock.expected(version),
                 plugins=hooks,
                 before_commit=before_commit,
             )

@@ -1,5 +1,5 @@
-"""Redis-backed stores shared by a fleet: the inbox, idempotency keys, and the fleet's limits
-and breakers.
+"""Redis-backed stores shared by a fleet: the inbox, idempotency keys, attempt markers, and the
+fleet's limits and breakers.
 
 Needs the ``redis`` extra: ``pip install "xsm-celery[redis]"``.
 """
@@ -23,11 +23,13 @@ from xsm_celery.redis.limit_backends import (
     RedisConcurrencyBackend,
     RedisRateLimitBackend,
 )
+from xsm_celery.redis.markers import RedisAttemptMarkers
 from xsm_celery.redis.rate_limit import RedisSlidingWindow, RedisTokenBucket
 
 __all__ = [
     "DEFAULT_IDEMPOTENCY_PREFIX",
     "DEFAULT_PREFIX",
+    "RedisAttemptMarkers",
     "RedisIdempotencyStore",
     "RedisInbox",
     # Fleet-wide limits and breakers

@@ -20,47 +20,15 @@ import threading
 import uuid
 from dataclasses import dataclass
 
-from xsm_celery.checks import (
-    AIMD_DECREASE,
-    AIMD_INCREASE,
-    AIMD_INTERVAL_S,
-    AIMD_LATENCY_TARGET_MS,
-    CONCURRENCY_LIMIT,
-    FLEET_LEASE_S,
-)
-from xsm_celery.errors import ConfigurationError, StoreUnavailableError
+from xsm_celery.checks import CONCURRENCY_LIMIT, FLEET_LEASE_S
+from xsm_celery.errors import StoreUnavailableError
+from xsm_celery.patterns.limits.aimd import AimdParams
 from xsm_celery.redis.fleet_store import FleetKey, FleetRedis
 from xsm_celery.redis.rate_limit import Decision
 
 __all__ = ["RENEWER", "AimdParams", "LeaseRenewer", "RedisSlots", "SlotLease", "new_holder"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class AimdParams:
-    """How an adaptive pool moves its limit (see the module docstring)."""
-
-    initial: int = 4
-    min_limit: int = 1
-    max_limit: int = 64
-    increase: int = 1
-    decrease: float = 0.5
-    latency_target_ms: float = 1_000.0
-    interval_s: float = 1.0
-
-    def __post_init__(self) -> None:
-        for name in ("initial", "min_limit", "max_limit"):
-            object.__setattr__(self, name, CONCURRENCY_LIMIT.check_int(name, getattr(self, name)))
-        if not self.min_limit <= self.initial <= self.max_limit:
-            raise ConfigurationError(
-                "AIMD needs 1 <= min_limit <= initial <= max_limit, got "
-                f"min_limit={self.min_limit}, initial={self.initial}, max_limit={self.max_limit}"
-            )
-        object.__setattr__(self, "increase", AIMD_INCREASE.check_int("increase", self.increase))
-        AIMD_DECREASE.check("decrease", self.decrease)
-        AIMD_LATENCY_TARGET_MS.check("latency_target_ms", self.latency_target_ms)
-        AIMD_INTERVAL_S.check("interval_s", self.interval_s)
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 ``RedisRateLimitBackend``, ``RedisConcurrencyBackend`` and ``RedisBreakerStateBackend``
 implement ``RateLimitBackend``, ``ConcurrencyBackend`` and ``BreakerStateBackend`` of
-``xsm_celery.patterns.limit_protocols``, so the in-process ``RateLimiter``, ``Bulkhead`` and
+``xsm_celery.patterns.limits.protocols``, so the in-process ``RateLimiter``, ``Bulkhead`` and
 breaker registry can share their counters across processes. They are thin: every decision
 is the same Lua script (or, for breakers, the same chart compare-and-set) that the Celery
 fleet options use, read from Redis' clock in one round trip.
@@ -20,7 +20,7 @@ from typing import Any
 
 from xsm_celery.checks import CONCURRENCY_LIMIT, FLEET_LEASE_S
 from xsm_celery.errors import ConfigurationError
-from xsm_celery.patterns.limit_protocols import (
+from xsm_celery.patterns.limits.protocols import (
     Admission,
     BreakerDecision,
     BreakerSettings,

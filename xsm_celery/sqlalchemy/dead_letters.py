@@ -23,10 +23,10 @@ from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS
 from xsm_celery.errors import ArgumentTypeError, StoreError, StoreUnavailableError
 from xsm_celery.operators import current_actor
 from xsm_celery.patterns.dead_letter import DeadLetter, check_cutoff, check_limit
-from xsm_celery.patterns.dead_letter_redaction import plain_json, redact_record
-from xsm_celery.sqlalchemy._tables import audit_table, dead_letter_table, metadata
+from xsm_celery.patterns.dead_letter.redaction import plain_json, redact_record
 from xsm_celery.sqlalchemy.connect import make_engine, safe_url
 from xsm_celery.sqlalchemy.outages import is_outage
+from xsm_celery.sqlalchemy.tables import audit_table, dead_letter_table, metadata
 
 __all__ = ["SQLAlchemyDeadLetterStore", "dead_letter_metadata"]
 

@@ -19,9 +19,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
 from xsm_celery.patterns.idempotency import Claim, check_ttl
-from xsm_celery.sqlalchemy.snapshots import (
+from xsm_celery.sqlalchemy.database import (
+    DatabaseOwner,
     SQLAlchemyDatabase,
-    SQLAlchemyStore,
     database_of,
     upsert_insert,
 )
@@ -55,7 +55,7 @@ class SQLAlchemyIdempotencyStore:
 
     def __init__(
         self,
-        store: SQLAlchemyStore | SQLAlchemyDatabase | Engine | str | URL,
+        store: DatabaseOwner | SQLAlchemyDatabase | Engine | str | URL,
         *,
         clock: Callable[[], float] = time.time,
         create_table: bool = True,

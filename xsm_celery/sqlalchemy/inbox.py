@@ -15,9 +15,9 @@ from sqlalchemy.engine import URL, Connection, Engine
 
 from xsm_celery.persistence.inbox import expiry_time
 from xsm_celery.persistence.protocols import InboxEntry
-from xsm_celery.sqlalchemy.snapshots import (
+from xsm_celery.sqlalchemy.database import (
+    DatabaseOwner,
     SQLAlchemyDatabase,
-    SQLAlchemyStore,
     database_of,
     upsert_insert,
 )
@@ -51,7 +51,7 @@ class SQLAlchemyInbox:
 
     def __init__(
         self,
-        store: SQLAlchemyStore | SQLAlchemyDatabase | Engine | str | URL,
+        store: DatabaseOwner | SQLAlchemyDatabase | Engine | str | URL,
         *,
         clock: Any = time.time,
         create_table: bool = True,

@@ -13,7 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 
-from xsm_celery.sqlalchemy.snapshots import SQLAlchemyDatabase, SQLAlchemyStore, database_of
+from xsm_celery.sqlalchemy.database import DatabaseOwner, SQLAlchemyDatabase, database_of
 
 __all__ = ["TRANSITION_TABLE", "SQLAlchemyWorkflowJournal", "transition_rows"]
 
@@ -70,7 +70,7 @@ class SQLAlchemyWorkflowJournal:
 
     def __init__(
         self,
-        store: SQLAlchemyStore | SQLAlchemyDatabase | Engine | str | URL,
+        store: DatabaseOwner | SQLAlchemyDatabase | Engine | str | URL,
         *,
         create_table: bool = True,
     ) -> None:

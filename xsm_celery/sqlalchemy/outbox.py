@@ -17,18 +17,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
 from xsm_celery.eda import Envelope
+from xsm_celery.eda.outbox_protocols import FailedOutboxRecord, OutboxRecord
 from xsm_celery.eda.outbox_store import check_limit, check_refusal, failed_record
 from xsm_celery.errors import ArgumentTypeError, ConfigurationError, StoreError
-from xsm_celery.persistence.protocols import (
-    DEFAULT_CLAIM_LEASE_S,
-    FailedOutboxRecord,
-    OutboxRecord,
-)
-from xsm_celery.sqlalchemy.snapshots import (
-    SQLAlchemyDatabase,
-    SQLAlchemyStore,
-    database_of,
-)
+from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S
+from xsm_celery.sqlalchemy.database import DatabaseOwner, SQLAlchemyDatabase, database_of
 
 __all__ = ["ADDED_COLUMNS", "LEASE_COLUMNS", "OUTBOX_TABLE", "SQLAlchemyOutboxStore"]
 
@@ -97,7 +90,7 @@ class SQLAlchemyOutboxStore:
 
     def __init__(
         self,
-        store: SQLAlchemyStore | SQLAlchemyDatabase | Engine | str | URL,
+        store: DatabaseOwner | SQLAlchemyDatabase | Engine | str | URL,
         *,
         clock: Callable[[], float] = time.time,
         create_table: bool = True,

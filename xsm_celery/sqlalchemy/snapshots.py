@@ -2,35 +2,35 @@
 
 The store's ``lock(key)`` is a database transaction (plus a per-key lock: a PostgreSQL
 advisory lock, SQLite's write lock), and every write made on the same thread while it is
-open goes through the same connection: ``SQLAlchemyOutboxStore(store)`` and
-``SQLAlchemyInbox(store)`` rows therefore commit or roll back with the snapshot they
-describe. ``SQLAlchemyDatabase`` is that thread-local connection, shared by the three.
+open goes through the same connection (``SQLAlchemyDatabase``): ``SQLAlchemyOutboxStore(store)``
+and ``SQLAlchemyInbox(store)`` rows therefore commit or roll back with the snapshot they
+describe. ``workflow_family()`` opens all of them over the store for a workflow.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import threading
 import time
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
-import sqlalchemy.dialects.postgresql
-import sqlalchemy.dialects.sqlite
 from sqlalchemy.engine import URL, Connection, Engine
 
-from xsm_celery.errors import (
-    ConflictError,
-    LockTimeoutError,
-    StoreError,
-    StoreUnavailableError,
-)
+from xsm_celery.errors import ConflictError
+from xsm_celery.persistence.family import WorkflowStores
 from xsm_celery.persistence.memory import DEFAULT_MAX_SNAPSHOT_BYTES, check_key, check_snapshot
 from xsm_celery.persistence.protocols import StoredSnapshot
-from xsm_celery.sqlalchemy.connect import SQLITE_BUSY_TIMEOUT_S, make_engine, safe_url
-from xsm_celery.sqlalchemy.outages import is_outage
+from xsm_celery.sqlalchemy.connect import safe_url
+from xsm_celery.sqlalchemy.database import SQLAlchemyDatabase, database_of, upsert_insert
+from xsm_celery.sqlalchemy.inbox import SQLAlchemyInbox
+from xsm_celery.sqlalchemy.journal import SQLAlchemyWorkflowJournal
+from xsm_celery.sqlalchemy.outbox import SQLAlchemyOutboxStore
+from xsm_celery.sqlalchemy.tables import SNAPSHOT_TABLE
+from xsm_celery.sqlalchemy.timers import SQLAlchemyTimerStore
+from xsm_celery.sqlalchemy.workflow_session import postgres_session
 
 __all__ = [
     "SNAPSHOT_TABLE",
@@ -39,9 +39,6 @@ __all__ = [
     "database_of",
     "upsert_insert",
 ]
-
-#: Name of the table holding snapshots (the same shape as ``SQLiteStore``'s).
-SNAPSHOT_TABLE = "xsm_snapshots"
 
 _metadata = sa.MetaData()
 snapshot_table = sa.Table(
@@ -53,153 +50,6 @@ snapshot_table = sa.Table(
     sa.Column("machine_version", sa.String(255), nullable=False, default=""),
     sa.Column("updated_at", sa.Float, nullable=False),
 )
-
-_READ_ONLY = "xsm_read_only"
-_LOCK_NOT_AVAILABLE = "55P03"
-
-
-class SQLAlchemyDatabase:
-    """An engine plus the transaction the calling thread has open on it, if any.
-
-    Args:
-        engine: An ``Engine`` or a URL. For a SQLite URL the engine is made here and its
-            write transactions start with ``BEGIN IMMEDIATE``, so two processes never
-            deadlock upgrading a read lock; pass a URL rather than a SQLite engine.
-    """
-
-    def __init__(self, engine: Engine | str | URL) -> None:
-        if isinstance(engine, Engine):
-            self.engine = engine
-        else:
-            self.engine = make_engine(engine)
-            if self.engine.dialect.name == "sqlite":
-                _immediate_transactions(self.engine)
-        self.dialect = self.engine.dialect.name
-        self._local = threading.local()
-
-    @property
-    def current(self) -> Connection | None:
-        """The connection of the transaction this thread has open, or ``None``."""
-        conn: Connection | None = getattr(self._local, "conn", None)
-        return conn
-
-    @contextlib.contextmanager
-    def transaction(self, *, timeout: float | None = None) -> Iterator[Connection]:
-        """Run the block in a transaction; inside one already, in a savepoint of it.
-
-        Any exception leaving the block rolls back its writes; driver failures become
-        ``StoreError`` (``StoreUnavailableError`` when the database is unreachable).
-        ``timeout`` bounds the wait for SQLite's write lock (``LockTimeoutError``).
-        """
-        conn = self.current
-        if conn is not None and getattr(self._local, "flat", False):
-            yield conn
-            return
-        if conn is not None:
-            with self.guard("savepoint"), conn.begin_nested():
-                yield conn
-            return
-        with self.guard("transaction"), self.engine.connect() as fresh:
-            if timeout is not None and self.dialect == "sqlite":
-                _sqlite_busy_timeout(fresh, timeout)
-            try:
-                with fresh.begin():
-                    self._local.conn = fresh
-                    try:
-                        yield fresh
-                    finally:
-                        self._local.conn = None
-            finally:
-                if timeout is not None and self.dialect == "sqlite":
-                    _sqlite_busy_timeout(fresh, SQLITE_BUSY_TIMEOUT_S)
-
-    @contextlib.contextmanager
-    def flat(self) -> Iterator[None]:
-        """Inside the block, nested ``transaction()`` calls join the open one without savepoints.
-
-        For a caller that rolls the whole transaction back on any error (a workflow step under
-        ``lock``): a savepoint per write would only cost round trips.
-        """
-        previous = getattr(self._local, "flat", False)
-        self._local.flat = True
-        try:
-            yield
-        finally:
-            self._local.flat = previous
-
-    @contextlib.contextmanager
-    def reading(self) -> Iterator[Connection]:
-        """A connection for reads: the open transaction's, or a fresh one that never locks."""
-        conn = self.current
-        if conn is not None:
-            yield conn
-            return
-        with self.guard("read"), self.engine.connect() as fresh:
-            fresh.info[_READ_ONLY] = True
-            try:
-                yield fresh
-            finally:
-                # An invalidated connection (the server went away mid-read) cannot even show
-                # its info without a rollback; touching it would turn the outage the read
-                # reported into a refusal.
-                if not fresh.invalidated:
-                    fresh.info.pop(_READ_ONLY, None)
-                fresh.rollback()
-
-    @contextlib.contextmanager
-    def guard(self, what: str) -> Iterator[None]:
-        """Turn a driver failure into the package's ``StoreError`` family."""
-        try:
-            yield
-        except sa.exc.SQLAlchemyError as exc:
-            if not is_outage(exc):
-                raise StoreError(
-                    f"database {safe_url(self.engine)!r} refused {what}: {exc}"
-                ) from exc
-            code = getattr(getattr(exc, "orig", None), "sqlstate", None)
-            text = str(getattr(exc, "orig", None) or exc)
-            if code == _LOCK_NOT_AVAILABLE or "locked" in text:
-                raise LockTimeoutError(
-                    f"{safe_url(self.engine)!r} stayed locked during {what}: {text}"
-                ) from exc
-            raise StoreUnavailableError(
-                f"database {safe_url(self.engine)!r} is unreachable during {what}: {text}"
-            ) from exc
-
-    def create(self, table: sa.Table) -> None:
-        """Create ``table`` (and its indexes) unless it exists.
-
-        Two processes opening a fresh database at once (a worker and the web process) both
-        see no table and both create it; the one that loses the race finds it there.
-        """
-        with self.guard(f"creating {table.name}"):
-            try:
-                table.create(self.engine, checkfirst=True)
-            except sa.exc.SQLAlchemyError:
-                if not sa.inspect(self.engine).has_table(table.name):
-                    raise
-
-
-def _immediate_transactions(engine: Engine) -> None:
-    """Make SQLite write transactions take the write lock up front (``BEGIN IMMEDIATE``).
-
-    pysqlite's own transaction handling is turned off so that SQLAlchemy's ``begin``
-    event decides; reads (``SQLAlchemyDatabase.reading``) still begin deferred.
-    """
-
-    @sa.event.listens_for(engine, "connect")
-    def _autocommit_driver(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None
-
-    @sa.event.listens_for(engine, "begin")
-    def _begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN" if conn.info.get(_READ_ONLY) else "BEGIN IMMEDIATE")
-
-
-def _sqlite_busy_timeout(conn: Connection, seconds: float) -> None:
-    """Set how long SQLite waits for the write lock, outside any transaction."""
-    raw: Any = conn.connection.driver_connection
-    raw.execute(f"PRAGMA busy_timeout = {max(int(seconds * 1000), 1)}")
 
 
 def advisory_key(key: str) -> int:
@@ -355,36 +205,27 @@ class SQLAlchemyStore:
         """Release the engine's pooled connections."""
         self.db.engine.dispose()
 
+    def workflow_family(self) -> WorkflowStores:
+        """The inbox, timers, outbox and transition log over this store's database.
+
+        Their rows join the transaction of ``lock``; on PostgreSQL a step's transaction is
+        the fewer-round-trip ``postgres_session``.
+        """
+        postgres = self.db.dialect == "postgresql"
+        return WorkflowStores(
+            snapshots=self,
+            inbox=SQLAlchemyInbox(self),
+            timers=SQLAlchemyTimerStore(self.db),
+            outbox=SQLAlchemyOutboxStore(self),
+            journal=SQLAlchemyWorkflowJournal(self),
+            description=safe_url(self.engine),
+            flat=self.db.flat,
+            session=partial(postgres_session, self, log=True) if postgres else None,
+        )
+
 
 def _conflict(key: str, current: int, expected: int) -> ConflictError:
     return ConflictError(
         f"snapshot {key!r} is at version {current}, expected {expected}; another writer "
         "saved first: reload and retry"
     )
-
-
-#: The dialects whose ``INSERT ... ON CONFLICT`` the companion stores use for upserts.
-_DIALECT_INSERTS: dict[str, Any] = {
-    "sqlite": sqlalchemy.dialects.sqlite.insert,
-    "postgresql": sqlalchemy.dialects.postgresql.insert,
-}
-
-
-def database_of(
-    store: SQLAlchemyStore | SQLAlchemyDatabase | Engine | str | URL,
-) -> SQLAlchemyDatabase:
-    """The database a companion store (outbox, inbox, idempotency keys) works in.
-
-    Given a ``SQLAlchemyStore`` it is the store's own database, so the companion's writes join
-    the snapshot's transaction; an ``Engine`` or a URL opens a database of its own.
-    """
-    if isinstance(store, SQLAlchemyStore):
-        return store.db
-    if isinstance(store, SQLAlchemyDatabase):
-        return store
-    return SQLAlchemyDatabase(store)
-
-
-def upsert_insert(db: SQLAlchemyDatabase) -> Any:
-    """The dialect's ``insert`` with ``on_conflict_do_update``, or None where it has none."""
-    return _DIALECT_INSERTS.get(db.dialect)

@@ -25,8 +25,8 @@ from xsm_celery.errors import ConfigurationError, StoreError, StoreUnavailableEr
 from xsm_celery.ids import new_id
 from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S, DueTimer
 from xsm_celery.sqlalchemy.connect import make_engine, safe_url
+from xsm_celery.sqlalchemy.database import SQLAlchemyDatabase
 from xsm_celery.sqlalchemy.outages import is_outage
-from xsm_celery.sqlalchemy.snapshots import SQLAlchemyDatabase
 
 __all__ = [
     "MARKER_TABLE",

@@ -1,17 +1,18 @@
 """Turn a ``xsm_dead_letter_store`` value (an object or a URL) into a dead-letter store.
 
-One resolver serves the Celery setting, the CLI's ``--dlq`` and the demo, so a URL means the
-same store everywhere. ``memory://name`` stores are shared within a process by name: a
-worker's tasks and the code that inspects them in an eager test then see one store.
+A URL means the same store here as in the Celery setting and the CLI's ``--dlq``, which
+open it through ``xsm_celery.persistence.opening``: ``memory://name`` is the process's
+memory store of that name (a worker's tasks and the code that inspects them in an eager test
+then see one store), a SQL URL a ``SQLAlchemyDeadLetterStore``.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
+from xsm_celery.eda.opening import named_dead_letter_store, reset_memory_stores
 from xsm_celery.errors import ConfigurationError
-from xsm_celery.patterns.dead_letter import DeadLetterStoreProtocol, MemoryDeadLetterStore
+from xsm_celery.patterns.dead_letter import DeadLetterStoreProtocol
 from xsm_celery.sqlalchemy.connect import safe_url
 from xsm_celery.sqlalchemy.dead_letters import SQLAlchemyDeadLetterStore
 
@@ -19,9 +20,6 @@ __all__ = ["SUPPORTED_SCHEMES", "open_dead_letter_store", "reset_memory_stores"]
 
 #: URL schemes ``open_dead_letter_store`` accepts (a ``+driver`` suffix is allowed on SQL ones).
 SUPPORTED_SCHEMES = ("memory", "sqlite", "postgresql", "postgres")
-
-_memory: dict[str, MemoryDeadLetterStore] = {}
-_memory_lock = threading.Lock()
 
 
 def open_dead_letter_store(
@@ -51,25 +49,10 @@ def open_dead_letter_store(
     url = url_or_obj.strip()
     scheme = url.split("://", 1)[0].split("+", 1)[0].lower() if "://" in url else ""
     if scheme == "memory":
-        return _memory_store(url)
+        return named_dead_letter_store(url)
     if scheme in SUPPORTED_SCHEMES:
         return SQLAlchemyDeadLetterStore(url, create_table=create_table, must_exist=must_exist)
     raise ConfigurationError(
         f"unsupported dead-letter store URL {safe_url(url)!r}; use memory://, "
         "sqlite:///path.db (four slashes for an absolute path) or postgresql://user@host/db"
     )
-
-
-def _memory_store(url: str) -> MemoryDeadLetterStore:
-    name = url.split("://", 1)[1]
-    with _memory_lock:
-        store = _memory.get(name)
-        if store is None:
-            store = _memory[name] = MemoryDeadLetterStore()
-        return store
-
-
-def reset_memory_stores() -> None:
-    """Forget every named in-memory store (for tests)."""
-    with _memory_lock:
-        _memory.clear()

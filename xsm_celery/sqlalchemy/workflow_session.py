@@ -26,7 +26,7 @@ import functools
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -35,11 +35,25 @@ from xsm_celery.errors import ConflictError
 from xsm_celery.persistence.inbox import expiry_time
 from xsm_celery.persistence.memory import check_key, check_snapshot
 from xsm_celery.persistence.protocols import StoredSnapshot
+from xsm_celery.sqlalchemy.database import SQLAlchemyDatabase
 from xsm_celery.sqlalchemy.inbox import INBOX_TABLE
 from xsm_celery.sqlalchemy.journal import COLUMNS, TRANSITION_TABLE, transition_rows
-from xsm_celery.sqlalchemy.snapshots import SNAPSHOT_TABLE, SQLAlchemyStore
+from xsm_celery.sqlalchemy.tables import SNAPSHOT_TABLE
 
 __all__ = ["postgres_session"]
+
+
+class SnapshotTable(Protocol):
+    """What a session needs of the snapshot store it writes for (``SQLAlchemyStore``)."""
+
+    @property
+    def db(self) -> SQLAlchemyDatabase:
+        """The store's database, whose transaction the session opens."""
+
+    @property
+    def max_bytes(self) -> int:
+        """Largest snapshot the store accepts, in UTF-8 bytes."""
+
 
 _CLAIM_AND_LOCK = sa.text(f"""
 WITH claim AS (
@@ -77,7 +91,7 @@ _INSERT = (
 class PostgresSession:
     """One step's transaction on PostgreSQL (see the module docstring)."""
 
-    def __init__(self, store: SQLAlchemyStore, conn: Connection, key: str, message_id: str,
+    def __init__(self, store: SnapshotTable, conn: Connection, key: str, message_id: str,
                  *, log: bool) -> None:  # fmt: skip
         self._store = store
         self._conn = conn
@@ -157,7 +171,7 @@ def _write_statement(update: bool, logged: int) -> sa.TextClause:
 
 @contextmanager
 def postgres_session(
-    store: SQLAlchemyStore, key: str, message_id: str, *, timeout: float, ttl_s: float | None,
+    store: SnapshotTable, key: str, message_id: str, *, timeout: float, ttl_s: float | None,
     log: bool,
 ) -> Iterator[PostgresSession]:  # fmt: skip
     """Open the step's transaction on ``store`` (PostgreSQL) and claim, lock and load.

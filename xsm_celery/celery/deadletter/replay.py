@@ -33,7 +33,7 @@ from xsm_celery.engine.redact import REDACTED
 from xsm_celery.errors import ReplayRefusedError
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.operators import current_actor
-from xsm_celery.patterns.dead_letter_workflow import WorkflowPart, WorkflowRef
+from xsm_celery.patterns.dead_letter.workflow import WorkflowPart, WorkflowRef
 
 __all__ = ["TaskReplayResult", "replay_task"]
 

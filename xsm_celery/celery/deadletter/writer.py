@@ -29,7 +29,7 @@ from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS, secret_values
 from xsm_celery.errors import DeferredTooLongError, TimeLimitKilled, WorkerLost
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns import ERRORS_CONTEXT_KEY, DeadLetter, DeadLetterReason
-from xsm_celery.patterns.dead_letter_redaction import mask_errors
+from xsm_celery.patterns.dead_letter.redaction import mask_errors
 
 __all__ = ["DeadLetterWriter", "TaskFailure", "redact_arguments"]
 

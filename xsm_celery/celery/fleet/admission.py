@@ -1,7 +1,8 @@
 """Admission before a chart task's body runs: breaker, fleet rate, fleet slot; else defer.
 
 ``run_admitted`` is the call ``ChartTask`` makes (``run_breaker_guarded`` when the task has
-only ``breaker=``, its hot path). It asks, in this order, the breaker
+only ``breaker=``, its hot path), handing it the run to make once admitted (``execute``):
+admission never reaches into the run itself. It asks, in this order, the breaker
 (cheap while closed: no Redis round trip), the rate limiter and the slot pool. A "no" that
 would be answered within ``xsm_fleet_max_wait_ms`` (250 ms by default) is waited out in
 place; the worker slot is never held longer than that. Any longer "no" defers the task:
@@ -27,13 +28,14 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from celery.exceptions import Ignore, Reject, Retry
 from celery.utils.dispatch import Signal
 
+from xsm_celery.celery.deadletter.writer import TaskFailure
 from xsm_celery.celery.fleet.headers import (
     DEFERRAL_HEADER,
     FLEET_COUNTERS,
@@ -43,12 +45,12 @@ from xsm_celery.celery.fleet.headers import (
     reservation_claim,
 )
 from xsm_celery.celery.fleet.plan import FleetPlan
-from xsm_celery.celery.task.execute import execute
 from xsm_celery.errors import CircuitOpenError, DeferredTooLongError, StoreUnavailableError
 from xsm_celery.hooks import FactKind, emit
 
 __all__ = [
     "DEFERRAL_HEADER",
+    "Body",
     "DEFERRED_STATE",
     "FLEET_COUNTERS",
     "RESERVATION_HEADER",
@@ -69,6 +71,9 @@ DEFERRED_STATE = "DEFERRED"
 task_deferred = Signal(
     name="xsm_task_deferred", providing_args=["request", "reason", "limit", "countdown"]
 )
+
+#: The run an admitted delivery makes: ``body(task, bound, args, kwargs, request)``.
+Body = Callable[[Any, Any, Sequence[Any], Mapping[str, Any], Any], Any]
 
 _warned: dict[str, float] = {}
 _warn_lock = threading.Lock()
@@ -111,13 +116,12 @@ def jittered_countdown(wait_ms: float, rng: Callable[[], float] = random.random)
     return max(0.0, wait_s + (rng() - 0.5) * spread)
 
 
-def run_admitted(
-    task: Any, plan: FleetPlan, bound: Any, args: Any, kwargs: Any, *, body: Callable[[], Any]
+def run_admitted(  # noqa: PLR0917 - the run's parts, as ChartTask.__call__ has them
+    task: Any, plan: FleetPlan, bound: Any, args: Any, kwargs: Any, request: Any, *, body: Body
 ) -> Any:
     """Admit this delivery and run ``body``, or defer it (see the module docstring)."""
     held = _Held()
     call_args, call_kwargs = tuple(args), dict(kwargs)
-    request = task.request
     headers = request.headers or {}
     claim = reservation_claim(headers, plan.task_name) if RESERVATION_HEADER in headers else None
     reserve_max_ms = bound.settings.timer_countdown_max_s * 1000.0
@@ -135,7 +139,7 @@ def run_admitted(
         emit(FactKind.LIMIT_ADMITTED, limit=name, task=plan.task_name)
     held.started_ms = time.monotonic() * 1000.0
     try:
-        result = body()
+        result = body(task, bound, args, kwargs, request)
     except BaseException as exc:
         outcome = _outcome_of(exc)
         _release(plan, held, failed=outcome == "failure", outcome=outcome)
@@ -174,7 +178,7 @@ def _outcome_of(exc: BaseException) -> str:
 
 
 def run_breaker_guarded(  # noqa: PLR0917 - the run's parts, as ChartTask.__call__ has them
-    task: Any, plan: FleetPlan, bound: Any, args: Any, kwargs: Any, request: Any = None
+    task: Any, plan: FleetPlan, bound: Any, args: Any, kwargs: Any, request: Any, *, body: Body
 ) -> Any:
     """One step of a task with only ``breaker=``: the hot path, no allocation while closed.
 
@@ -195,10 +199,10 @@ def run_breaker_guarded(  # noqa: PLR0917 - the run's parts, as ChartTask.__call
             raise _deferral(
                 task, plan, bound=bound, args=tuple(args), kwargs=dict(kwargs), defer=defer
             ) from None
-        return execute(task, bound, args, kwargs, request)
+        return body(task, bound, args, kwargs, request)
     emit(FactKind.LIMIT_ADMITTED, limit=breaker.name, task=plan.task_name)
     try:
-        result = execute(task, bound, args, kwargs, request)
+        result = body(task, bound, args, kwargs, request)
     except BaseException as exc:
         _report(plan, breaker, admitted, _outcome_of(exc))
         raise
@@ -468,8 +472,6 @@ def _dead_letter(
     waited_s: float,
     count: int,
 ) -> BaseException:
-    from xsm_celery.celery.deadletter.writer import TaskFailure
-
     error = DeferredTooLongError(
         f"task {task.name}[{task.request.id}] was deferred {count} times over {waited_s:.0f} s "
         f"({defer.reason} on {defer.limit!r}), past xsm_fleet_max_deferral_s="

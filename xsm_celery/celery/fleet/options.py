@@ -21,6 +21,7 @@ from xsm_celery.checks import (
     check_rate,
 )
 from xsm_celery.errors import ConfigurationError
+from xsm_celery.patterns.limits.aimd import AimdParams
 
 __all__ = ["AIMD", "Concurrency", "Key", "RateLimit", "RedisDown", "check_down", "parse_rate"]
 
@@ -142,22 +143,17 @@ class Concurrency:
 
 
 @dataclass(frozen=True)
-class AIMD:
+class AIMD(AimdParams):
     """A fleet-wide concurrency limit that adapts: additive increase, multiplicative decrease.
 
     Each finished run reports its time and outcome; at most once per ``interval_s`` the
     shared limit grows by ``increase`` after a success faster than ``latency_target_ms``,
     or is multiplied by ``decrease`` after an error or a slow run, within
-    [``min_limit``, ``max_limit``].
+    [``min_limit``, ``max_limit``]. Those seven numbers, and their checks, are inherited
+    from ``AimdParams``, the record every AIMD pool shares; the fields added here say where
+    the pool lives and what it does while Redis is down.
     """
 
-    initial: int = 4
-    min_limit: int = 1
-    max_limit: int = 64
-    increase: int = 1
-    decrease: float = 0.5
-    latency_target_ms: float = 1_000.0
-    interval_s: float = 1.0
     key: Key = None
     lease_s: float = 30.0
     on_redis_down: RedisDown = "closed"
@@ -165,7 +161,7 @@ class AIMD:
 
     def __post_init__(self) -> None:
         try:
-            self.params()
+            super().__post_init__()
         except ValueError as exc:
             raise ConfigurationError(f"fleet_concurrency=AIMD(...): {exc}") from None
         FLEET_LEASE_S.check("lease_s", self.lease_s)
@@ -173,19 +169,9 @@ class AIMD:
         _check_display(self.display, "AIMD")
         check_down(self.on_redis_down, "AIMD")
 
-    def params(self) -> Any:
-        """The Redis pool's parameters (``AimdParams``)."""
-        from xsm_celery.redis.concurrency import AimdParams
-
-        return AimdParams(
-            initial=self.initial,
-            min_limit=self.min_limit,
-            max_limit=self.max_limit,
-            increase=self.increase,
-            decrease=self.decrease,
-            latency_target_ms=self.latency_target_ms,
-            interval_s=self.interval_s,
-        )
+    def params(self) -> AimdParams:
+        """The pool's parameters: this option is the record itself."""
+        return self
 
 
 def _check_key(key: Key, option: str) -> None:

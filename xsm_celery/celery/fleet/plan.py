@@ -30,15 +30,19 @@ from xsm_celery.celery.fleet.options import (
     check_down,
     parse_rate,
 )
-from xsm_celery.celery.settings import Check, register_keys
-from xsm_celery.checks import (
-    FLEET_PREFIX,
-    MAX_DEFERRAL_S,
-    MAX_WAIT_MS,
-    Range,
-    Text,
-    unknown_name_message,
+from xsm_celery.celery.settings import (
+    DECLARED_KEYS,
 )
+from xsm_celery.celery.settings import (
+    DEFAULT_FLEET_MAX_DEFERRAL_S as DEFAULT_MAX_DEFERRAL_S,
+)
+from xsm_celery.celery.settings import (
+    DEFAULT_FLEET_MAX_WAIT_MS as DEFAULT_MAX_WAIT_MS,
+)
+from xsm_celery.celery.settings import (
+    DEFAULT_FLEET_PREFIX as DEFAULT_PREFIX,
+)
+from xsm_celery.checks import unknown_name_message
 from xsm_celery.errors import ConfigurationError
 
 __all__ = [
@@ -54,41 +58,13 @@ __all__ = [
     "parse_rate",
 ]
 
-#: A task deferred for longer than this (since its first deferral) is dead-lettered.
-DEFAULT_MAX_DEFERRAL_S = 3_600.0
-
-#: Longest a worker slot is held waiting inline for a token or slot before deferring.
-DEFAULT_MAX_WAIT_MS = 250.0
-
-#: Every fleet key in Redis starts with this unless ``xsm_fleet_prefix`` says otherwise.
-DEFAULT_PREFIX = "xsm:fleet:"
-
-
-def _setting_check(allowed: Range | Text, default: object) -> Check:
-    """The ``(key, value)`` check of one fleet setting, its range from ``xsm_celery.checks``."""
-    advice = f"remove it to use the default ({default!r})"
-    return lambda key, value: allowed.check(key, value, advice=advice)
-
-
-#: The bounded fleet settings, checked when the app's settings are read (a worker with a
-#: bad value refuses to start) and again by ``fleet_settings``.
-_SETTING_CHECKS: dict[str, tuple[Check, object]] = {
-    "xsm_fleet_prefix": (_setting_check(FLEET_PREFIX, DEFAULT_PREFIX), DEFAULT_PREFIX),
-    "xsm_fleet_max_deferral_s": (
-        _setting_check(MAX_DEFERRAL_S, DEFAULT_MAX_DEFERRAL_S),
-        DEFAULT_MAX_DEFERRAL_S,
-    ),
-    "xsm_fleet_max_wait_ms": (
-        _setting_check(MAX_WAIT_MS, DEFAULT_MAX_WAIT_MS),
-        DEFAULT_MAX_WAIT_MS,
-    ),
+#: The bounded fleet settings with their defaults, checked when the app's settings are read
+#: (a worker with a bad value refuses to start) and again by ``fleet_settings``.
+_BOUNDED: dict[str, object] = {
+    "xsm_fleet_prefix": DEFAULT_PREFIX,
+    "xsm_fleet_max_deferral_s": DEFAULT_MAX_DEFERRAL_S,
+    "xsm_fleet_max_wait_ms": DEFAULT_MAX_WAIT_MS,
 }
-
-register_keys(
-    "xsm_redis_url",
-    "xsm_breakers",
-    checks={key: check for key, (check, _) in _SETTING_CHECKS.items()},
-)
 
 
 @dataclass(frozen=True)
@@ -146,9 +122,9 @@ def _setting(conf: Any, key: str) -> Any:
 
     ``''`` and ``5`` are refused for the prefix, never read as the default or as ``"5"``.
     """
-    check, default = _SETTING_CHECKS[key]
+    check = DECLARED_KEYS[key]
     raw = conf.get(key)
-    return default if raw is None else check(key, raw)
+    return _BOUNDED[key] if raw is None or check is None else check(key, raw)
 
 
 class FleetPlan:

@@ -16,7 +16,6 @@ and ends the task in ``FAILURE`` with the function's last exception.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 import logging
 import weakref
@@ -131,9 +130,8 @@ class ChartTask(Task):  # type: ignore[type-arg]
         if plan is None or request.is_eager:
             return execute(self, bound, args, kwargs, request)
         if plan.breaker_only:
-            return run_breaker_guarded(self, plan, bound, args, kwargs, request)
-        body = functools.partial(execute, self, bound, args, kwargs, request)
-        return run_admitted(self, plan, bound, args, kwargs, body=body)
+            return run_breaker_guarded(self, plan, bound, args, kwargs, request, body=execute)
+        return run_admitted(self, plan, bound, args, kwargs, request, body=execute)
 
 
 def _bind(cls: type[ChartTask], app: Any) -> Bound:

@@ -1,11 +1,16 @@
-"""Carry out one run of a chart task: read the message, step the chart, act on the settled.
+"""Carry out one run of a chart task: read the message, run its attempt, act on the verdict.
+
+The run goes one way: :func:`execute` reads the ``xsm_chart`` header and prepares the
+:class:`~xsm_celery.celery.task.attempt.Run` (what to call, where to mark the attempt, whether
+an earlier attempt was lost); ``attempt.run_chart`` carries the attempt out, directly or
+through the chart, and returns where it settled; :func:`execute` then returns the result or
+raises what the verdict says (control flow, a retry, or giving up with a dead letter).
 
 Everything that can be computed once per task (the machine, the policy, the settings, the
-function's signature) is in ``Bound``; a run only reads the ``xsm_chart`` header, writes the
-attempt marker and steps the chart. A redelivered message (``delivery_info['redelivered']``,
-set by both the Redis and the AMQP transports) consults the attempt marker: if the attempt
-it carries had started, the worker died running it, and the run records a ``WorkerLost``
-failure instead of running the function again.
+function's signature) is in ``Bound``. A redelivered message (``delivery_info['redelivered']``,
+set by both the Redis and the AMQP transports) consults the attempt marker: if the attempt it
+carries had started, the worker died running it, and the run records a ``WorkerLost`` failure
+instead of running the function again.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import inspect
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, assert_never
@@ -25,7 +30,7 @@ from xsm_celery.celery.deadletter.spool import DeadLetterSpool, run_id
 from xsm_celery.celery.deadletter.writer import DeadLetterWriter, TaskFailure
 from xsm_celery.celery.settings import XsmSettings
 from xsm_celery.celery.stores import stores_for
-from xsm_celery.celery.task.attempt import FirstAttempt, Run, Settled, Verdict, run_chart
+from xsm_celery.celery.task.attempt import DirectAttempt, Run, Settled, Verdict, run_chart
 from xsm_celery.celery.task.facts import AttemptFacts
 from xsm_celery.celery.task.header import HEADER, ChartHeader, HeaderCodec
 from xsm_celery.celery.task.secrets import mask_context_errors, mask_exception
@@ -53,8 +58,13 @@ class Bound:
     settings: XsmSettings
     signature: inspect.Signature | None
     redact_keys: tuple[str, ...] | None
-    #: Runs a first attempt before the chart (see ``machine.first_attempt``), or None.
-    first: FirstAttempt | None = None
+    #: The attempts that may run before the chart (see ``machine.first_attempt``), or None.
+    first: DirectAttempt | None = None
+
+    @functools.cached_property
+    def reject(self) -> Callable[[str, str], None]:
+        """The codec's ``reject``, bound once rather than on every run that passes it on."""
+        return self.codec.reject
 
     @functools.cached_property
     def writer(self) -> DeadLetterWriter:
@@ -72,7 +82,7 @@ def execute(
     kwargs: Mapping[str, Any],
     request: Any = None,
 ) -> Any:
-    """Run one attempting step for ``task`` and return, retry or fail as the chart says.
+    """Run one attempt of ``task`` and return, retry or fail as the chart says.
 
     A retry is raised as a ``ChartRetry``, which the chart task's tracer records without
     copying its traceback (see ``tracer``), so it costs the same wherever it is raised.
@@ -83,48 +93,27 @@ def execute(
         request = task.request
     header = bound.codec.decode(request.headers, str(request.id))
     facts = AttemptFacts.start(task, _attempt_of(header), request)
-    if facts is None:
-        return _execute(task, bound, args, kwargs, request, header=header, facts=None)
     try:
-        return _execute(task, bound, args, kwargs, request, header=header, facts=facts)
+        run = _run_of(task, bound, args, kwargs, request, header=header)
+        settled = run_chart(bound.machine, header, run, bound.reject, first=bound.first)
+        verdict = settled.verdict
+        if facts is not None:
+            facts.settled(verdict.value, run.error)
+        if verdict is Verdict.DONE:
+            return run.result
+        if verdict is Verdict.CONTROL:
+            raise _control(run)
+        if verdict is Verdict.GIVE_UP:
+            raise _give_up(task, bound, settled, args, kwargs)
+        if verdict is Verdict.RETRY:
+            raise _retry(task, bound, settled, args, kwargs)
+        assert_never(verdict)
     finally:
-        facts.finish()
-
-
-def _first_run(
-    task: Any,
-    bound: Bound,
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
-    *,
-    first: FirstAttempt,
-    number: int,
-    request: Any,
-    facts: AttemptFacts | None,
-) -> Any:
-    """A message's first delivery, where a success is known to end the chart: no chart yet.
-
-    This is the run ``run_chart`` makes with ``first`` (``machine.first_attempt``) without
-    the objects that carry a run through the chart: most tasks succeed at once, and then
-    the marker and the function are all the run is. A failure starts the chart with the
-    error as its first invocation's outcome, as ``run_chart`` would.
-    """
-    mark = functools.partial(stores_for(bound.app).markers().mark, request.id)
-    try:
-        result, failed = first.attempt(mark, number, task.run, args, kwargs)
-    except first.control:
         if facts is not None:
-            facts.settled(Verdict.CONTROL.value, None)
-        raise
-    if failed is None:
-        if facts is not None:
-            facts.settled(Verdict.DONE.value, None)
-        return result
-    run = Run(call=functools.partial(task.run, *args, **kwargs), lost=failed)
-    return _settle(task, bound, args, kwargs, run, header=None, facts=facts)
+            facts.finish()
 
 
-def _execute(
+def _run_of(
     task: Any,
     bound: Bound,
     args: Sequence[Any],
@@ -132,59 +121,21 @@ def _execute(
     request: Any,
     *,
     header: ChartHeader | None,
-    facts: AttemptFacts | None,
-) -> Any:
-    """The function's result, or raise (retry, give up, control flow).
+) -> Run:
+    """The run this message asks for: the call, its attempt marker, and a lost attempt if any.
 
-    A first delivery the chart need not see goes direct (``_first_run``); every other run
-    steps the chart.
+    An eager run marks nothing. A redelivered message whose attempt had started records that
+    attempt as lost instead of running it again (or ends the task, if it was giving up).
     """
-    first = bound.first
-    if header is None and first is not None and not _redelivered_or_eager(request):
-        number = first.number_for(None)
-        if number is not None:
-            return _first_run(
-                task, bound, args, kwargs, first=first, number=number, request=request, facts=facts
-            )
-    run = Run(call=functools.partial(task.run, *args, **kwargs))
+    run = Run(task.run, args, kwargs)
     if not request.is_eager:
         markers = stores_for(bound.app).markers()
         run.mark = functools.partial(markers.mark, request.id)
-        if (request.delivery_info or {}).get("redelivered"):
+        if request.delivery_info and request.delivery_info.get("redelivered"):
             run.lost = _lost_attempt(task, markers, header)
             if run.lost is not None:
                 _finish_interrupted_give_up(task, bound, header)
-    return _settle(task, bound, args, kwargs, run, header=header, facts=facts)
-
-
-def _settle(
-    task: Any,
-    bound: Bound,
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
-    run: Run,
-    *,
-    header: ChartHeader | None,
-    facts: AttemptFacts | None,
-) -> Any:
-    """Step the chart for ``run`` and carry out where it settled."""
-    settled = run_chart(bound.machine, header, run, bound.codec.reject, first=bound.first)
-    verdict = settled.verdict
-    if facts is not None:
-        facts.settled(verdict.value, run.error)
-    if verdict is Verdict.DONE:
-        return run.result
-    if verdict is Verdict.CONTROL:
-        raise _control(run)
-    if verdict is Verdict.GIVE_UP:
-        raise _give_up(task, bound, settled, args, kwargs)
-    if verdict is Verdict.RETRY:
-        raise _retry(task, bound, settled, args, kwargs)
-    assert_never(verdict)
-
-
-def _redelivered_or_eager(request: Any) -> bool:
-    return bool(request.is_eager or (request.delivery_info or {}).get("redelivered"))
+    return run
 
 
 def _control(run: Run) -> BaseException:

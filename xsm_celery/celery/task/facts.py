@@ -2,8 +2,8 @@
 
 Kept apart from ``execute`` so the run path reads as the decision it carries out. Nothing
 here is computed unless someone subscribed to ``xsm_celery.hooks``: a worker without an
-exporter pays two dict lookups per run. Fields are bounded (task name, attempt number,
-outcome, exception type name); the task's arguments never appear.
+exporter pays one look at the subscriber list per run. Fields are bounded (task name, attempt
+number, outcome, exception type name); the task's arguments never appear.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from xsm_celery.hooks import FactKind, emit, wants
+from xsm_celery.hooks import FactKind, emit, subscribers, wants
 
 __all__ = ["TRACEPARENT", "AttemptFacts", "outcome_label"]
 
@@ -46,7 +46,10 @@ class AttemptFacts:
         rejected and the chart starts afresh), so the header is parsed once per run.
         ``request`` is ``task.request``, when the caller has it already.
         """
-        if not (wants(FactKind.ATTEMPT_STARTED) or wants(FactKind.ATTEMPT_FINISHED)):
+        # No subscriber at all is the common case: one call, no hashing of the kinds.
+        if not subscribers() or not (
+            wants(FactKind.ATTEMPT_STARTED) or wants(FactKind.ATTEMPT_FINISHED)
+        ):
             return None
         if request is None:
             request = task.request

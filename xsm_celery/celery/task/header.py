@@ -44,8 +44,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from xsm_celery import hooks
-from xsm_celery.celery.settings import register_keys
-from xsm_celery.celery.task.machine import MAX_ERRORS
 from xsm_celery.engine import Machine
 from xsm_celery.errors import ConfigurationError
 from xsm_celery.patterns import ERRORS_CONTEXT_KEY, RetryPolicy
@@ -54,6 +52,7 @@ from xsm_celery.patterns.error_chain import MAX_ERROR_MESSAGE
 __all__ = [
     "DJANGO_KEY_PURPOSE",
     "HEADER",
+    "MAX_ERRORS",
     "MAX_HEADER_CHARS",
     "SIGNATURE_HEADER",
     "TASK_HEADER",
@@ -109,10 +108,12 @@ MAX_HEADER_CHARS = 256 * 1024
 #: Shortest signing key accepted, in bytes (HMAC-SHA256 wants at least its output size).
 MIN_KEY_BYTES = 32
 
+#: Error-chain entries a snapshot keeps, the newest winning (as ``DeadLetterPlugin`` keeps).
+MAX_ERRORS = 20
+
 #: The fields of one error-chain entry (see ``patterns.error_chain.error_entry``).
 _ERROR_FIELDS = frozenset({"source", "name", "type", "message"})
 
-register_keys("xsm_signing_key")
 
 
 def signing_key(conf: Any) -> bytes | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS, mask_text, secret_values
 from xsm_celery.patterns import ERRORS_CONTEXT_KEY
-from xsm_celery.patterns.dead_letter_redaction import mask_errors
+from xsm_celery.patterns.dead_letter.redaction import mask_errors
 
 __all__ = ["mask_context_errors", "mask_exception", "named_arguments", "task_secrets"]
 

@@ -26,11 +26,10 @@ from typing import Any
 
 from celery import shared_task
 
-from xsm_celery.celery import setting_checks
 from xsm_celery.celery.app import RELAY_OUTBOX_TASK
-from xsm_celery.celery.django_stores import is_django_url, open_django_store
-from xsm_celery.celery.settings import register_keys
 from xsm_celery.checks import positive_int
+from xsm_celery.eda.opening import open_outbox
+from xsm_celery.eda.outbox_protocols import OutboxStore
 from xsm_celery.eda.relay import DEFAULT_BATCH, DEFAULT_MAX_ATTEMPTS, OutboxRelay
 from xsm_celery.errors import ConfigurationError
 from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S
@@ -63,19 +62,6 @@ _KEYS = {
     "xsm_relay_owner": "owner",
     "xsm_event_partitions": "partitions",
 }
-register_keys(
-    *_KEYS,
-    checks={
-        "xsm_outbox_store": lambda k, v: setting_checks.store(k, v, "outbox"),
-        "xsm_relay_broker_url": setting_checks.text,
-        "xsm_relay_batch": lambda k, v: setting_checks.count(k, v, high=100_000),
-        "xsm_relay_lease_s": setting_checks.seconds,
-        "xsm_relay_max_batches": lambda k, v: setting_checks.count(k, v, high=100_000),
-        "xsm_relay_max_attempts": lambda k, v: setting_checks.count(k, v, high=100_000),
-        "xsm_relay_owner": setting_checks.text,
-        "xsm_event_partitions": lambda k, v: setting_checks.count(k, v, high=4096),
-    },
-)
 
 
 @dataclass(frozen=True)
@@ -156,7 +142,7 @@ def _check(config: RelayConfig) -> None:
         raise ConfigurationError(f"relay option lease_s={config.lease_s!r} must be > 0 seconds")
 
 
-def outbox_store(app: Any) -> Any:
+def outbox_store(app: Any) -> OutboxStore | None:
     """The outbox ``app``'s relay drains, opened; None when no relay is configured."""
     config = _installed.get(app)
     if config is None:
@@ -166,16 +152,10 @@ def outbox_store(app: Any) -> Any:
     return _open_outbox(config.outbox)
 
 
-def _open_outbox(outbox: Any) -> Any:
-    if is_django_url(outbox):
-        return open_django_store(outbox, "outbox")
-    if isinstance(outbox, str):
-        # A URL names the same table the application's SQLAlchemyStore writes, so the
-        # celery integration opens it with the sqlalchemy one (as stores.py does).
-        from xsm_celery.sqlalchemy import SQLAlchemyOutboxStore
-
-        return SQLAlchemyOutboxStore(outbox)
-    return outbox
+def _open_outbox(outbox: Any) -> OutboxStore:
+    # A URL names the same table the application's snapshot store writes (SQLAlchemy,
+    # Django), so the seam opens it as it opens every other store.
+    return open_outbox(outbox, setting="xsm_outbox_store")
 
 
 def _build(app: Any, config: RelayConfig) -> OutboxRelay:

@@ -4,106 +4,31 @@
 timers, the relay's outbox). Breakers and limiters live inside the workers, so a status
 asks them: the ``xsm_states`` remote-control command (a broadcast, as ``xsm-celery
 status`` sends it) answers with the last state of every breaker and the admission and deferral
-counts of every limit the worker's processes reported. Under the prefork pool the children
-report through the multiprocess metric files, so that needs ``xsm_metrics_port``; with the
-solo and threads pools the worker's own process answers.
+counts of every limit the worker's processes reported (``xsm_celery.metrics.states``). Under
+the prefork pool the children report through the multiprocess metric files, so that needs
+``xsm_metrics_port``; with the solo and threads pools the worker's own process answers.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterable
 from typing import Any
 
 from celery.worker.control import inspect_command
 
-from xsm_celery.hooks import Fact, FactKind
+from xsm_celery.metrics.states import reported_states
 
-__all__ = ["StateBoard", "board", "sources_for_app", "worker_states"]
+__all__ = ["sources_for_app", "worker_states"]
 
 #: Seconds a status waits for the workers' answers.
 REPLY_TIMEOUT_S = 1.0
 
 
-class StateBoard:
-    """The breakers and limits this process saw, from the fact stream."""
-
-    #: The kinds it reads: subscribe it to these only.
-    KINDS = frozenset(
-        {FactKind.BREAKER_TRANSITION, FactKind.LIMIT_ADMITTED, FactKind.LIMIT_DEFERRED}
-    )
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.breakers: dict[str, str] = {}
-        self.limits: dict[str, dict[str, float]] = {}
-
-    def handle(self, fact: Fact) -> None:
-        """The ``xsm_celery.hooks`` subscriber."""
-        f = fact.fields
-        if fact.kind is FactKind.BREAKER_TRANSITION:
-            name = str(f.get("breaker") or f.get("name") or "")
-            with self._lock:
-                self.breakers[name] = str(f.get("to_state") or f.get("state") or "")
-        elif fact.kind in (FactKind.LIMIT_ADMITTED, FactKind.LIMIT_DEFERRED):
-            name = str(f.get("limit") or f.get("limiter") or f.get("name") or "")
-            key = "admitted" if fact.kind is FactKind.LIMIT_ADMITTED else "deferred"
-            with self._lock:
-                counts = self.limits.setdefault(name, {"admitted": 0.0, "deferred": 0.0})
-                counts[key] += 1
-
-    def rows(self) -> list[dict[str, Any]]:
-        """The board as ``WorkerState``-shaped dicts."""
-        with self._lock:
-            out = [{"kind": "breaker", "name": n, "state": s, "detail": {}}
-                   for n, s in sorted(self.breakers.items())]  # fmt: skip
-            for name, counts in sorted(self.limits.items()):
-                state = "deferring" if counts["deferred"] else "admitting"
-                out.append({"kind": "limit", "name": name, "state": state, "detail": dict(counts)})
-        return out
-
-
-#: The board of this process; the worker subscribes it at ``worker_init``.
-board = StateBoard()
-
-_BREAKER_NAMES = {0: "closed", 1: "half_open", 2: "open"}
-
-
-def _from_metric_files() -> list[dict[str, Any]] | None:
-    """The breaker and limit figures of every pool child, read from the metric files."""
-    from xsm_celery.celery.worker.observability import _running
-
-    paths = [r.path for r in list(_running.values()) if r.path]
-    if not paths:
-        return None
-    from prometheus_client import CollectorRegistry, multiprocess
-
-    registry = CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry, path=paths[0])  # type: ignore[no-untyped-call]
-    breakers: dict[str, str] = {}
-    limits: dict[str, dict[str, float]] = {}
-    for family in registry.collect():
-        for sample in family.samples:
-            if sample.name == "xsm_breaker_state":
-                breakers[sample.labels["breaker"]] = _BREAKER_NAMES.get(int(sample.value), "?")
-            elif sample.name in ("xsm_limit_admissions_total", "xsm_limit_deferrals_total"):
-                key = "admitted" if "admissions" in sample.name else "deferred"
-                counts = limits.setdefault(sample.labels["limit"], {"admitted": 0, "deferred": 0})
-                counts[key] = sample.value
-    rows = [{"kind": "breaker", "name": n, "state": s, "detail": {}}
-            for n, s in sorted(breakers.items())]  # fmt: skip
-    for name, counts in sorted(limits.items()):
-        state = "deferring" if counts["deferred"] else "admitting"
-        rows.append({"kind": "limit", "name": name, "state": state, "detail": counts})
-    return rows
-
-
 @inspect_command()
 def xsm_states(state: Any) -> list[dict[str, Any]]:
     """Breakers and limits as this worker's processes last reported them."""
-    rows = _from_metric_files()
-    return board.rows() if rows is None else rows
+    return reported_states()
 
 
 def worker_states(app: Any, timeout: float = REPLY_TIMEOUT_S) -> list[Any]:

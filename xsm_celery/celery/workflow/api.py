@@ -39,7 +39,7 @@ from xsm_celery.celery.workflow.checks import check_json as _check_json
 from xsm_celery.celery.workflow.context import WORKFLOW_STORE_SETTING, StepContext
 from xsm_celery.celery.workflow.messages import Dispatch, Message
 from xsm_celery.celery.workflow.recovery import recover_overdue
-from xsm_celery.celery.workflow.step import StepOutcome, run_step
+from xsm_celery.celery.workflow.step import StepOutcome, buffer_dead_letter, run_step
 from xsm_celery.celery.workflow.stores import WorkflowStores
 from xsm_celery.celery.workflow.task import run_step_task
 from xsm_celery.celery.workflow.view import WorkflowView, view_of
@@ -166,6 +166,7 @@ class Workflow:
             retry_policy=self.retry_policy, lock_timeout_s=self.lock_timeout_s,
             inbox_ttl_s=inbox_ttl_s, outbox_topic=outbox_topic, store=store,
             invocations={inv.id: node.id for node in machine.nodes for inv in node.invoke},
+            dead_letter_sink=buffer_dead_letter,
         )  # fmt: skip
         with _registry_lock:
             table = _registry.setdefault(app, {})

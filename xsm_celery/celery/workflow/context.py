@@ -12,25 +12,27 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from xsm_celery.celery.settings import DEFAULT_STORE_URL, read_settings, register_keys
+from xsm_celery.celery.settings import DEFAULT_STORE_URL, read_settings
 from xsm_celery.celery.workflow.checks import check_instance_key
-from xsm_celery.celery.workflow.step import TASK_ATTEMPTS_KEY, buffer_dead_letter
 from xsm_celery.celery.workflow.stores import StoresOnce, WorkflowStores
 from xsm_celery.engine import Machine
 from xsm_celery.patterns import DeadLetterPlugin, RetryPolicy
 from xsm_celery.process import current_pid
 
-__all__ = ["WORKFLOW_STORE_SETTING", "StepContext"]
+__all__ = ["TASK_ATTEMPTS_KEY", "WORKFLOW_STORE_SETTING", "StepContext"]
 
 logger = logging.getLogger("xsm_celery.workflow")
 
+#: Private context key of the runs the last failed task step made, so a dead-letter state
+#: its error leads to (a saga's ``compensationFailed``) records them as its ``attempts``.
+TASK_ATTEMPTS_KEY = "_xsm_task_attempts"
+
 #: The setting naming the store of workflows that do not pass ``store=``.
 WORKFLOW_STORE_SETTING = "xsm_workflow_store"
-register_keys(WORKFLOW_STORE_SETTING)
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,8 @@ class StepContext:
         store: The ``store=`` the workflow was declared with; None reads
             ``xsm_workflow_store`` when the stores are first opened.
         invocations: ``{invoke id: id of the state that invokes it}`` of the chart.
+        dead_letter_sink: The step's buffer for dead letters (``step.buffer_dead_letter``),
+            given by ``Workflow`` so this record does not import the step that uses it.
     """
 
     app: Any
@@ -63,6 +67,8 @@ class StepContext:
     outbox_topic: str | None
     store: Any
     invocations: Mapping[str, str]
+    #: Where the dead-letter plugin puts a record: the running step keeps it until it commits.
+    dead_letter_sink: Callable[[Any], None]
     _opened: dict[str, StoresOnce] = field(default_factory=dict, compare=False, repr=False)
     _plugins: dict[int, tuple[Any, ...]] = field(default_factory=dict, compare=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
@@ -117,7 +123,7 @@ class StepContext:
 
     def _build_plugins(self) -> tuple[Any, ...]:
         plugins: list[Any] = [
-            DeadLetterPlugin(buffer_dead_letter, report=False, attempt_key=TASK_ATTEMPTS_KEY)
+            DeadLetterPlugin(self.dead_letter_sink, report=False, attempt_key=TASK_ATTEMPTS_KEY)
         ]
         outbox = self.stores().outbox
         if self.outbox_topic and outbox is not None:

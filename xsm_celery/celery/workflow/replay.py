@@ -25,7 +25,7 @@ from xsm_celery.celery.workflow.api import workflows_of
 from xsm_celery.celery.workflow.step import Dispatch
 from xsm_celery.errors import ReplayRefusedError
 from xsm_celery.patterns.dead_letter import DeadLetter
-from xsm_celery.patterns.dead_letter_workflow import WorkflowPart, WorkflowRef, workflow_of_record
+from xsm_celery.patterns.dead_letter.workflow import WorkflowPart, WorkflowRef, workflow_of_record
 
 if TYPE_CHECKING:
     from xsm_celery.celery.workflow.api import Workflow

@@ -25,10 +25,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from xsm_celery.celery.stores import stores_for
 from xsm_celery.celery.task.secrets import mask_exception
+from xsm_celery.celery.workflow.context import TASK_ATTEMPTS_KEY, StepContext
 from xsm_celery.celery.workflow.dead_letters import workflow_dead_letter
 from xsm_celery.celery.workflow.messages import DEFAULT_TASK_STEP_TIMEOUT_S, Dispatch, Message
 from xsm_celery.celery.workflow.payloads import (
@@ -39,24 +40,27 @@ from xsm_celery.celery.workflow.payloads import (
     timer_task_id,
 )
 from xsm_celery.celery.workflow.session import StepSession, generic_session
-from xsm_celery.engine import DEFAULT_REDACT_KEYS, EngineEvent, Event, PluginBase, Receipt
+from xsm_celery.engine import (
+    DEFAULT_REDACT_KEYS,
+    EngineEvent,
+    Event,
+    InterpreterView,
+    PluginBase,
+    Receipt,
+)
 from xsm_celery.engine.redact import mask_text, secret_values
 from xsm_celery.errors import WorkflowStepError
 from xsm_celery.hooks import FactKind, emit
-from xsm_celery.patterns.dead_letter_workflow import workflow_topic
+from xsm_celery.patterns.dead_letter.workflow import workflow_topic
 from xsm_celery.patterns.error_chain import ERRORS_CONTEXT_KEY, error_entry
 from xsm_celery.persistence.idempotency import receipt_to_json
 from xsm_celery.persistence.locks import OptimisticLock
 from xsm_celery.persistence.persisted import persisted
 from xsm_celery.persistence.timers import deadlines_of
 
-if TYPE_CHECKING:
-    from xsm_celery.celery.workflow.context import StepContext
-
 __all__ = [
     "DEFAULT_TASK_STEP_TIMEOUT_S",
     "INVOCATIONS_KEY",
-    "TASK_ATTEMPTS_KEY",
     "Dispatch",
     "Message",
     "StepEffects",
@@ -72,9 +76,6 @@ logger = logging.getLogger("xsm_celery.workflow")
 #: Private context key of the Celery tasks an instance's active invocations wait for.
 INVOCATIONS_KEY = "_xsm_invocations"
 
-#: Private context key of the runs the last failed task step made, so a dead-letter state
-#: its error leads to (a saga's ``compensationFailed``) records them as its ``attempts``.
-TASK_ATTEMPTS_KEY = "_xsm_task_attempts"
 
 _current: contextvars.ContextVar[StepEffects | None] = contextvars.ContextVar(
     "xsm_workflow_step", default=None
@@ -189,11 +190,13 @@ class _Recorder(PluginBase):
         self.errors: list[BaseException] = []
         self.fired: list[str] = []
 
-    def on_interpreter_start(self, i: Any) -> None:
+    def on_interpreter_start(self, i: InterpreterView) -> None:
         """A new instance: merge ``start(key, context=...)`` before the entry actions run."""
         i.context.update(self.initial)
 
-    def on_transition(self, i: Any, from_states: Any, to_states: Any, transition: Any) -> None:
+    def on_transition(
+        self, i: InterpreterView, from_states: Any, to_states: Any, transition: Any
+    ) -> None:
         self.transitions.append(
             {
                 "event": getattr(transition, "event", None) or "",
@@ -203,14 +206,16 @@ class _Recorder(PluginBase):
             }
         )
 
-    def on_event_received(self, i: Any, event: Event) -> None:
+    def on_event_received(self, i: InterpreterView, event: Event) -> None:
         if event.type.startswith("after."):
             self.fired.append(event.type)
 
-    def on_action_error(self, i: Any, action: Any, error: BaseException) -> None:
+    def on_action_error(self, i: InterpreterView, action: Any, error: BaseException) -> None:
         self.errors.append(error)
 
-    def on_guard_error(self, i: Any, guard_name: str, event: Event, error: BaseException) -> None:
+    def on_guard_error(
+        self, i: InterpreterView, guard_name: str, event: Event, error: BaseException
+    ) -> None:
         self.errors.append(error)
 
 

@@ -51,7 +51,7 @@ from xsm_celery.errors import (
 )
 from xsm_celery.hooks import FactKind, emit
 from xsm_celery.patterns import DeadLetter, DeadLetterReason
-from xsm_celery.patterns.dead_letter_workflow import workflow_topic
+from xsm_celery.patterns.dead_letter.workflow import workflow_topic
 from xsm_celery.patterns.error_chain import error_entry
 
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ from xsm_celery.django.operations import DeadLetterOperations
 from xsm_celery.django.stores.dates import to_datetime
 from xsm_celery.django.stores.dead_letters import DjangoDeadLetterStore, row_to_record
 from xsm_celery.patterns.dead_letter import DeadLetterReason
-from xsm_celery.patterns.dead_letter_workflow import workflow_of_record
+from xsm_celery.patterns.dead_letter.workflow import workflow_of_record
 
 __all__ = ["DeadLetterRecordAdmin", "ReasonFilter", "ResolvedFilter"]
 

@@ -8,7 +8,7 @@ a read-only operator cannot act by posting a form by hand. Each is wrapped by
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
@@ -21,8 +21,24 @@ from xsm_celery.django.admin.forms import ReasonForm, ReplayForm
 from xsm_celery.django.operations import DeadLetterOperations, ReplayOutcome
 from xsm_celery.django.stores.dead_letters import row_to_record
 
-if TYPE_CHECKING:
-    from xsm_celery.django.admin.dead_letters import DeadLetterRecordAdmin
+
+class TriageAdmin(Protocol):
+    """What these pages need of the dead-letter admin that routes to them.
+
+    A Protocol rather than the admin class itself: the admin imports these views to build its
+    URLs, so the views name only the members they use.
+    """
+
+    model: Any
+    admin_site: Any
+
+    def operations(self) -> DeadLetterOperations: ...
+    def bulk_replay_limit(self) -> int: ...
+    def get_object(self, request: HttpRequest, object_id: str) -> Any: ...
+    def get_queryset(self, request: HttpRequest) -> Any: ...
+    def has_replay_permission(self, request: HttpRequest) -> bool: ...
+    def has_resolve_permission(self, request: HttpRequest) -> bool: ...
+    def has_purge_permission(self, request: HttpRequest) -> bool: ...
 
 __all__ = ["bulk_replay_view", "confirm_view", "render_bulk_replay", "replay_view"]
 
@@ -34,30 +50,30 @@ def actor(request: HttpRequest) -> str:
     return str(request.user.get_username()) or "anonymous"
 
 
-def operations_for(admin: DeadLetterRecordAdmin) -> DeadLetterOperations:
+def operations_for(admin: TriageAdmin) -> DeadLetterOperations:
     """The operations object the admin acts through (one store per request)."""
     return admin.operations()
 
 
-def _context(admin: DeadLetterRecordAdmin, request: HttpRequest, **extra: Any) -> dict[str, Any]:
+def _context(admin: TriageAdmin, request: HttpRequest, **extra: Any) -> dict[str, Any]:
     opts = admin.model._meta
     return {**admin.admin_site.each_context(request), "opts": opts, "app_label": opts.app_label,
             **extra}
 
 
-def _change_url(admin: DeadLetterRecordAdmin, record_id: str) -> str:
+def _change_url(admin: TriageAdmin, record_id: str) -> str:
     opts = admin.model._meta
     return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[record_id],
                    current_app=admin.admin_site.name)
 
 
-def _changelist_url(admin: DeadLetterRecordAdmin) -> str:
+def _changelist_url(admin: TriageAdmin) -> str:
     opts = admin.model._meta
     return reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist",
                    current_app=admin.admin_site.name)
 
 
-def replay_view(admin: DeadLetterRecordAdmin, request: HttpRequest, object_id: str) -> HttpResponse:
+def replay_view(admin: TriageAdmin, request: HttpRequest, object_id: str) -> HttpResponse:
     """GET: the dry run and the confirmation form. POST: replay with the given reason."""
     if not admin.has_replay_permission(request):
         raise PermissionDenied
@@ -86,7 +102,7 @@ def _report(request: HttpRequest, outcome: ReplayOutcome) -> None:
 
 
 def confirm_view(
-    admin: DeadLetterRecordAdmin, request: HttpRequest, action: str, object_id: str | None = None
+    admin: TriageAdmin, request: HttpRequest, action: str, object_id: str | None = None
 ) -> HttpResponse:
     """Resolve or purge one record (``object_id``) or the posted ``ids``, with a reason."""
     allowed = {"resolve": admin.has_resolve_permission, "purge": admin.has_purge_permission}
@@ -114,7 +130,7 @@ def confirm_view(
     return TemplateResponse(request, f"{_TEMPLATES}/confirm.html", context)
 
 
-def render_bulk_replay(admin: DeadLetterRecordAdmin, request: HttpRequest, rows: list[Any],
+def render_bulk_replay(admin: TriageAdmin, request: HttpRequest, rows: list[Any],
                        form: ReplayForm | None = None) -> HttpResponse:
     """The bulk replay page for the selected rows: each record's dry run, then the form."""
     ops = operations_for(admin)
@@ -124,7 +140,7 @@ def render_bulk_replay(admin: DeadLetterRecordAdmin, request: HttpRequest, rows:
     return TemplateResponse(request, f"{_TEMPLATES}/bulk_replay.html", context)
 
 
-def bulk_replay_view(admin: DeadLetterRecordAdmin, request: HttpRequest) -> HttpResponse:
+def bulk_replay_view(admin: TriageAdmin, request: HttpRequest) -> HttpResponse:
     """Replay the posted ``ids``: one at a time as JSON (the progress bar), or all at once."""
     if not admin.has_replay_permission(request):
         raise PermissionDenied

@@ -18,7 +18,7 @@ from xsm_celery.django.stores.dates import to_datetime
 from xsm_celery.django.stores.errors import store_errors
 from xsm_celery.errors import ArgumentTypeError
 from xsm_celery.patterns.dead_letter import DeadLetter, check_cutoff, check_limit
-from xsm_celery.patterns.dead_letter_redaction import plain_json, redact_record
+from xsm_celery.patterns.dead_letter.redaction import plain_json, redact_record
 
 if TYPE_CHECKING:
     from xsm_celery.django.models import DeadLetterRecord

@@ -19,13 +19,10 @@ from django.db.models import F, Q
 from xsm_celery.django.stores.base import DjangoStoreBase
 from xsm_celery.django.stores.dates import to_datetime
 from xsm_celery.django.stores.errors import store_errors
+from xsm_celery.eda.outbox_protocols import FailedOutboxRecord, OutboxRecord
 from xsm_celery.eda.outbox_store import check_refusal
 from xsm_celery.errors import ConfigurationError
-from xsm_celery.persistence.protocols import (
-    DEFAULT_CLAIM_LEASE_S,
-    FailedOutboxRecord,
-    OutboxRecord,
-)
+from xsm_celery.persistence.protocols import DEFAULT_CLAIM_LEASE_S
 
 if TYPE_CHECKING:
     from django.db.models import QuerySet

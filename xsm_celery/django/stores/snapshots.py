@@ -4,7 +4,8 @@
 exclusively inside it, so everything written in the block through the same alias (the
 snapshot, ``DjangoOutboxStore`` rows, the user's own models) commits or rolls back
 together. PostgreSQL takes a transaction-scoped advisory lock on the key; SQLite takes the
-database write lock at once, since SQLite has no finer lock.
+database write lock at once, since SQLite has no finer lock. ``workflow_family()`` opens the
+inbox, timers, outbox and transition log of a workflow on the same alias.
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ from django.db.models import F
 from xsm_celery.django.stores.base import DjangoStoreBase
 from xsm_celery.django.stores.dates import to_datetime
 from xsm_celery.django.stores.errors import is_missing_table, not_migrated, store_errors
+from xsm_celery.django.stores.inbox import DjangoInbox
+from xsm_celery.django.stores.outbox import DjangoOutboxStore
+from xsm_celery.django.stores.timers import DjangoTimerStore
+from xsm_celery.django.stores.workflows import DjangoWorkflowJournal
 from xsm_celery.errors import ConfigurationError, ConflictError, LockTimeoutError
+from xsm_celery.persistence.family import WorkflowStores
 from xsm_celery.persistence.memory import DEFAULT_MAX_SNAPSHOT_BYTES, check_key, check_snapshot
 from xsm_celery.persistence.protocols import StoredSnapshot
 
@@ -53,6 +59,22 @@ class DjangoSnapshotStore(DjangoStoreBase):
     ) -> None:
         super().__init__(using, wall=wall)
         self.max_bytes = max_bytes
+
+    def workflow_family(self) -> WorkflowStores:
+        """The inbox, timers, outbox and transition log on this store's alias.
+
+        Their rows are written inside the ``atomic`` block of ``lock``, so they commit or roll
+        back with the snapshot.
+        """
+        using = self._using
+        return WorkflowStores(
+            snapshots=self,
+            inbox=DjangoInbox(using=using),
+            timers=DjangoTimerStore(using=using),
+            outbox=DjangoOutboxStore(using=using),
+            journal=DjangoWorkflowJournal(using=using),
+            description=f"django://{using}" if using else "django",
+        )
 
     def load(self, key: str) -> StoredSnapshot | None:
         """The current record of ``key``, or None."""

@@ -16,7 +16,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from xsm_celery.django.conf import get_settings, import_string
-from xsm_celery.django.management._loop import repeat
+from xsm_celery.django.management.looping import repeat
 from xsm_celery.django.stores import DjangoOutboxStore
 from xsm_celery.errors import XsmError
 
