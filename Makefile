@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml setup.cfg
 
 lint: $(STAMP)
 	$(BIN)/ruff check xsm_celery tests bench examples
+	$(BIN)/ruff format --check xsm_celery tests bench examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict xsm_celery

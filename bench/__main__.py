@@ -20,7 +20,9 @@ def main(argv: list[str]) -> int:
     worst = 0
     for name in chosen:
         print(f"\n## {name}\n", flush=True)
-        result = subprocess.run([sys.executable, "-m", f"bench.{name}"], cwd=HERE.parent, check=False)
+        result = subprocess.run(
+            [sys.executable, "-m", f"bench.{name}"], cwd=HERE.parent, check=False
+        )
         worst = max(worst, result.returncode)
     return worst
 

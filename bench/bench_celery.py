@@ -283,8 +283,7 @@ def _run(task: Any, n: int) -> float:
         for _ in range(n):
             producer.send_task(task.name, queue=queue, connection=conn)
 
-    raw = drain("bench.bench_celery", REDIS, fill, env={"XSM_BENCH_EXPECT": str(n)},
-                what=task.name)  # fmt: skip
+    raw = drain("bench.bench_celery", REDIS, fill, env={"XSM_BENCH_EXPECT": str(n)}, what=task.name)
     count, elapsed, cpu = raw.decode().split()
     _cpu_ms.setdefault(task.name, []).append(float(cpu) * 1000 / int(count))
     return int(count) / float(elapsed)
@@ -299,8 +298,14 @@ def _interleaved(plain: Any, chart: Any) -> list[tuple[str, float, float]]:
                 for _ in range(NOOP_BATCH):
                     producer.send_task(task.name, queue=queue, connection=conn)
 
-    raw = drain("bench.bench_celery", REDIS, fill, env={"XSM_BENCH_BATCHES": "1"},
-                timeout_s=300, what="the interleaved batches")  # fmt: skip
+    raw = drain(
+        "bench.bench_celery",
+        REDIS,
+        fill,
+        env={"XSM_BENCH_BATCHES": "1"},
+        timeout_s=300,
+        what="the interleaved batches",
+    )
     return [(str(name), float(wall), float(cpu)) for name, wall, cpu in json.loads(raw)]
 
 
@@ -344,8 +349,13 @@ def _row(
 ) -> list[str]:
     """One table row: the headline ratio, (plain, other) best and median tasks/s, least CPU."""
     (p, c), (pm, cm), (pc, cc) = best, medians, cpu_ms
-    return [label, f"{ratio:.0%}", f"{p:,.0f} / {c:,.0f} ({c / p:.0%})",
-            f"{pm:,.0f} / {cm:,.0f}", f"{pc:.2f} / {cc:.2f} ({pc / cc:.0%})"]  # fmt: skip
+    return [
+        label,
+        f"{ratio:.0%}",
+        f"{p:,.0f} / {c:,.0f} ({c / p:.0%})",
+        f"{pm:,.0f} / {cm:,.0f}",
+        f"{pc:.2f} / {cc:.2f} ({pc / cc:.0%})",
+    ]
 
 
 def main() -> None:
@@ -355,8 +365,13 @@ def main() -> None:
         _fail_once_row(plain_fail_once, chart_fail_once),
         _noop_row(plain_noop, plain_noop_twin, "A/A control (plain / plain)"),
     ]
-    headers = ["solo worker, Redis", "chart/plain", "best tasks/s (ratio)", "median tasks/s",
-               "CPU ms/task, least (ratio)"]  # fmt: skip
+    headers = [
+        "solo worker, Redis",
+        "chart/plain",
+        "best tasks/s (ratio)",
+        "median tasks/s",
+        "CPU ms/task, least (ratio)",
+    ]
     print(table(headers, rows))
     print(
         f"\nsucceeds at once: {NOOP_CYCLES} cycles of one {NOOP_BATCH}-task batch of each task "

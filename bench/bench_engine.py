@@ -101,7 +101,10 @@ HISTORY_CHILD = {
                     "invoke": {"src": "worker", "id": "kid"},
                     "on": {
                         "KICK": {
-                            "actions": {"type": "sendTo", "params": {"to": "kid", "event": "FINISH"}}
+                            "actions": {
+                                "type": "sendTo",
+                                "params": {"to": "kid", "event": "FINISH"},
+                            }
                         }
                     },
                 },
@@ -205,8 +208,13 @@ def _transitions_toggle() -> Callable[[], object] | None:
     return model.T  # type: ignore[attr-defined, no-any-return]
 
 
-NUMBERS = {"toggle send()": 20_000, "retry loop": 500, "history + child": 500,
-           "get_snapshot()": 5_000, "from_snapshot()": 5_000}  # fmt: skip
+NUMBERS = {
+    "toggle send()": 20_000,
+    "retry loop": 500,
+    "history + child": 500,
+    "get_snapshot()": 5_000,
+    "from_snapshot()": 5_000,
+}
 
 
 _IMPORT = re.compile(r"^(\s*(?:from|import)\s+)xsm_celery\b", re.MULTILINE)
@@ -221,8 +229,10 @@ def _baseline(tmp: Path) -> ModuleType | str:
     try:
         archive = subprocess.run(
             ["git", "-C", str(ROOT), "archive", BASELINE_COMMIT, "xsm_celery"],
-            capture_output=True, check=True, timeout=60,
-        )  # fmt: skip
+            capture_output=True,
+            check=True,
+            timeout=60,
+        )
         subprocess.run(["tar", "-x", "-C", str(tmp)], input=archive.stdout, check=True)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"git archive {BASELINE_COMMIT} failed ({type(exc).__name__})"
@@ -276,8 +286,15 @@ def baseline_table(ours: dict[str, Callable[[], object]]) -> str:
         for workload, fn in workloads.items():
             us, base_us, ratio = paired_us(ours[workload], fn, number=NUMBERS[workload])
             verdict = "ok" if ratio <= BUDGET else "OVER"
-            rows.append([workload, f"{us:.2f}", f"{base_us:.2f}", f"{ratio:.3f}x",
-                         f"<= {BUDGET:.2f}x {verdict}"])  # fmt: skip
+            rows.append(
+                [
+                    workload,
+                    f"{us:.2f}",
+                    f"{base_us:.2f}",
+                    f"{ratio:.3f}x",
+                    f"<= {BUDGET:.2f}x {verdict}",
+                ]
+            )
     headers = ["workload", "CPU us/op", f"{BASELINE_COMMIT} CPU us/op", "ours / baseline", "budget"]
     return table(headers, rows)
 

@@ -140,10 +140,16 @@ def _task_app() -> Any:
 def _deliver(task: Any, headers: dict[str, Any] | None = None) -> Any:
     queue = task.app.conf.task_default_queue
     task.push_request(
-        id=str(uuid.uuid4()), args=[], kwargs={}, headers=headers or {},
-        delivery_info={"exchange": "", "routing_key": queue}, is_eager=False,
-        called_directly=False, retries=0, hostname="bench@host",
-    )  # fmt: skip
+        id=str(uuid.uuid4()),
+        args=[],
+        kwargs={},
+        headers=headers or {},
+        delivery_info={"exchange": "", "routing_key": queue},
+        is_eager=False,
+        called_directly=False,
+        retries=0,
+        hostname="bench@host",
+    )
     try:
         return task()
     finally:
@@ -181,11 +187,17 @@ def breaker_rows() -> list[list[str]]:
     alone = per_call_us(admit_and_record, number=TASK_RUNS * 10)
     return [
         ["no-op ChartTask delivery", f"{base:.1f}", ""],
-        ["same with breaker= (closed)", f"{with_breaker:.1f}",
-         f"{(with_breaker - base) / base * 100:+.1f} %"],
-        ["closed breaker admit + record alone", f"{alone:.2f}",
-         f"{alone / base * 100:.1f} % of the task"],
-    ]  # fmt: skip
+        [
+            "same with breaker= (closed)",
+            f"{with_breaker:.1f}",
+            f"{(with_breaker - base) / base * 100:+.1f} %",
+        ],
+        [
+            "closed breaker admit + record alone",
+            f"{alone:.2f}",
+            f"{alone / base * 100:.1f} % of the task",
+        ],
+    ]
 
 
 def deferral_rows() -> list[list[str]]:
@@ -196,8 +208,12 @@ def deferral_rows() -> list[list[str]]:
 
     app, xsm = _task_app()
 
-    @xsm.task(shared=False, ignore_result=True, name="bench.starved",
-              fleet_rate_limit=RateLimit("1/h", burst=1))  # fmt: skip
+    @xsm.task(
+        shared=False,
+        ignore_result=True,
+        name="bench.starved",
+        fleet_rate_limit=RateLimit("1/h", burst=1),
+    )
     def starved() -> int:
         return 1
 
@@ -213,9 +229,12 @@ def deferral_rows() -> list[list[str]]:
     with app.connection_for_write() as conn:
         conn.default_channel.queue_delete(app.conf.task_default_queue)
     return [
-        ["deferrals (admission + re-publish to Redis)", f"{deferred / elapsed:,.0f}/s",
-         f"{elapsed / max(deferred, 1) * 1e6:.0f} us each"],
-    ]  # fmt: skip
+        [
+            "deferrals (admission + re-publish to Redis)",
+            f"{deferred / elapsed:,.0f}/s",
+            f"{elapsed / max(deferred, 1) * 1e6:.0f} us each",
+        ],
+    ]
 
 
 def _clean() -> None:

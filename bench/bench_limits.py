@@ -51,7 +51,10 @@ def _limiters() -> dict[str, Callable[[], object]]:
     for label, strategy in (
         ("limits FixedWindowRateLimiter (memory)", strategies.FixedWindowRateLimiter),
         ("limits MovingWindowRateLimiter (memory)", strategies.MovingWindowRateLimiter),
-        ("limits SlidingWindowCounterRateLimiter (memory)", strategies.SlidingWindowCounterRateLimiter),
+        (
+            "limits SlidingWindowCounterRateLimiter (memory)",
+            strategies.SlidingWindowCounterRateLimiter,
+        ),
     ):
         limiter = strategy(storage.MemoryStorage())
         found[label] = lambda lim=limiter: lim.hit(item, "bench")

@@ -154,8 +154,14 @@ def _run() -> dict[str, Any]:
         for _ in range(total):
             producer.send_task(obs_noop.name, queue=queue, connection=conn)
 
-    raw = drain("bench.bench_observability", REDIS, fill, drop_env=("PROMETHEUS_MULTIPROC_DIR",),
-                timeout_s=600, what=obs_noop.name)  # fmt: skip
+    raw = drain(
+        "bench.bench_observability",
+        REDIS,
+        fill,
+        drop_env=("PROMETHEUS_MULTIPROC_DIR",),
+        timeout_s=600,
+        what=obs_noop.name,
+    )
     result: dict[str, Any] = json.loads(raw)
     return result
 
@@ -177,13 +183,21 @@ def _handler_cost_us() -> dict[str, float]:
 
     def attempt() -> None:
         hooks.emit(FactKind.ATTEMPT_STARTED, task="bench.obs_noop", attempt=1, traceparent=None)
-        hooks.emit(FactKind.ATTEMPT_FINISHED, task="bench.obs_noop", attempt=1,
-                   outcome="succeeded", exception=None, duration_s=0.001)  # fmt: skip
+        hooks.emit(
+            FactKind.ATTEMPT_FINISHED,
+            task="bench.obs_noop",
+            attempt=1,
+            outcome="succeeded",
+            exception=None,
+            duration_s=0.001,
+        )
 
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(DropExporter()))
-    exporters = {"metrics": PrometheusMetrics(CollectorRegistry()).handle,
-                 "tracing": Tracing(provider).handle}  # fmt: skip
+    exporters = {
+        "metrics": PrometheusMetrics(CollectorRegistry()).handle,
+        "tracing": Tracing(provider).handle,
+    }
     stop_logs = hooks.subscribe(FactLogger().handle)
     base = per_call_us(attempt, number=5000)
     costs = {"off": 0.0}
@@ -207,16 +221,30 @@ def main() -> None:
         rates = [BATCH / t for t in times[mode]]
         paired = [o / t for o, t in zip(times["off"], times[mode], strict=True)]
         target = f">= {TARGETS[mode]:.0%}" if mode in TARGETS else ""
-        rows.append([mode, f"{statistics.median(rates):,.0f}", f"{max(rates):,.0f}",
-                     f"{statistics.median(paired):.1%}", target])  # fmt: skip
-    headers = ["no-op ChartTask, one solo worker, Redis", "median tasks/s", "best tasks/s",
-               "of off (median of cycles)", "target"]  # fmt: skip
+        rows.append(
+            [
+                mode,
+                f"{statistics.median(rates):,.0f}",
+                f"{max(rates):,.0f}",
+                f"{statistics.median(paired):.1%}",
+                target,
+            ]
+        )
+    headers = [
+        "no-op ChartTask, one solo worker, Redis",
+        "median tasks/s",
+        "best tasks/s",
+        "of off (median of cycles)",
+        "target",
+    ]
     print(table(headers, rows))
     print(f"\n{CYCLES} cycles of {BATCH}-task batches per mode, order rotating, one worker")
     costs = _handler_cost_us()
     per_task_us = 1e6 / statistics.median(BATCH / t for t in times["off"])
-    cost_rows = [[mode, f"{costs[mode]:.1f}", f"{per_task_us / (per_task_us + costs[mode]):.1%}"]
-                 for mode in MODES]  # fmt: skip
+    cost_rows = [
+        [mode, f"{costs[mode]:.1f}", f"{per_task_us / (per_task_us + costs[mode]):.1%}"]
+        for mode in MODES
+    ]
     print()
     print(table(["exporter", "cost per attempt (us)", "implied share of off"], cost_rows))
     print(f"\nimplied share: the worker's median {per_task_us:,.0f} us per task, plus the cost")

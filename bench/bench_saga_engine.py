@@ -28,8 +28,13 @@ def _services(fail_last: bool) -> dict[str, Callable[..., Any]]:
     def boom(interp: Any, ctx: Any, event: Any) -> str:
         raise RuntimeError("ship failed")
 
-    return {"reserveStock": ok, "releaseStock": ok, "chargeCard": ok, "refundCard": ok,
-            "ship": boom if fail_last else ok}  # fmt: skip
+    return {
+        "reserveStock": ok,
+        "releaseStock": ok,
+        "chargeCard": ok,
+        "refundCard": ok,
+        "ship": boom if fail_last else ok,
+    }
 
 
 def _runner(lib: Any, fail_last: bool) -> Callable[[], object]:
@@ -72,8 +77,10 @@ def main() -> None:
     logging.disable(logging.CRITICAL)
     rows = []
     for outcome, fail_last in (("completed", False), ("failed, 2 compensations", True)):
-        measured = {name: per_call_us(_runner(lib, fail_last), number=RUNS, repeat=3)
-                    for name, lib in _libraries().items()}  # fmt: skip
+        measured = {
+            name: per_call_us(_runner(lib, fail_last), number=RUNS, repeat=3)
+            for name, lib in _libraries().items()
+        }
         ours = measured["xsm_celery"]
         for name, us in measured.items():
             rows.append([outcome, name, f"{us:.1f}", f"{us / ours:.2f}x"])

@@ -185,14 +185,17 @@ SAGA = (
     .step("charge", invoke="charge", compensate="refund")
     .step("ship", invoke="ship")
 )
-STEPS = {"reserve": reserve, "charge": charge, "ship": ship, "release": release,
-         "refund": refund}  # fmt: skip
+STEPS = {"reserve": reserve, "charge": charge, "ship": ship, "release": release, "refund": refund}
 orders = xsm.workflow(
     create_machine(
         SAGA.build(),
-        logic=SAGA.logic().merge(MachineLogic(
-            services={name: celery_service(task, args=_order_arg) for name, task in STEPS.items()}
-        )),
+        logic=SAGA.logic().merge(
+            MachineLogic(
+                services={
+                    name: celery_service(task, args=_order_arg) for name, task in STEPS.items()
+                }
+            )
+        ),
     ),
     name="bench_orders",
 )
@@ -200,8 +203,11 @@ orders = xsm.workflow(
 
 def _saga_done(fact: Fact) -> None:
     """The saga's last step completed (the fact is emitted in that step, before its commit)."""
-    if fact.kind is FactKind.SAGA_STEP and fact.fields.get("step") == "ship" \
-            and fact.fields.get("outcome") == "completed":  # fmt: skip
+    if (
+        fact.kind is FactKind.SAGA_STEP
+        and fact.fields.get("step") == "ship"
+        and fact.fields.get("outcome") == "completed"
+    ):
         _finished()
 
 
@@ -235,8 +241,9 @@ def _count(sender: Any = None, **_: Any) -> None:
 def _drain(queue: str, expect: int, task_name: str) -> float:
     """Drain ``queue`` with a solo worker until ``expect`` counted completions; seconds taken."""
     env = {"XSM_BENCH_EXPECT": str(expect), "XSM_BENCH_QUEUE": queue, "XSM_BENCH_TASK": task_name}
-    raw = drain("bench.bench_workflow", REDIS, None, queue=queue, env=env, timeout_s=300,
-                what=task_name)  # fmt: skip
+    raw = drain(
+        "bench.bench_workflow", REDIS, None, queue=queue, env=env, timeout_s=300, what=task_name
+    )
     count, elapsed = raw.decode().split()
     return float(elapsed) if int(count) == expect else float("nan")
 
@@ -248,8 +255,10 @@ def run_events(kind: str) -> float:
     keys = [f"{run}-{i}" for i in range(KEYS)]
     if kind == "hand":
         with engine().begin() as conn:
-            conn.execute(sa.text("INSERT INTO bench_hand (key, doc) VALUES (:k, :d)"),
-                         [{"k": k, "d": json.dumps({"n": 0})} for k in keys])  # fmt: skip
+            conn.execute(
+                sa.text("INSERT INTO bench_hand (key, doc) VALUES (:k, :d)"),
+                [{"k": k, "d": json.dumps({"n": 0})} for k in keys],
+            )
     else:
         for key in keys:
             counter.start(key)
@@ -274,13 +283,15 @@ def run_orders(kind: str) -> float:
         for n in range(ORDERS_N):
             order = f"{run}-{n}"
             if kind == "chain":
-                chain(reserve.s(order), charge.s(), ship.s()).apply_async(queue=queue,
-                                                                         connection=conn)
+                chain(reserve.s(order), charge.s(), ship.s()).apply_async(
+                    queue=queue, connection=conn
+                )
             else:
                 orders.task.apply_async(
                     args=[order, {"id": order, "kind": "start", "payload": {"order": order}}],
-                    queue=queue, connection=conn,
-                )  # fmt: skip
+                    queue=queue,
+                    connection=conn,
+                )
     expect_task = ship.name if kind == "chain" else "none"
     return ORDERS_N / _drain(queue, ORDERS_N, expect_task)
 
@@ -325,14 +336,27 @@ def main() -> None:
             our_rates.append(run(ours))
         paired = statistics.median(o / p for p, o in zip(peer_rates, our_rates, strict=True))
         p, o = max(peer_rates), max(our_rates)
-        rows.append([label, f"{statistics.median(peer_rates):,.0f} {unit}",
-                     f"{statistics.median(our_rates):,.0f} {unit}", f"{paired:.0%}",
-                     f"{p:,.0f} / {o:,.0f} ({o / p:.0%})"])  # fmt: skip
-    headers = ["solo worker, Redis + PostgreSQL", "peer (median)", "workflow (median)",
-               "workflow/peer (paired)", "best of each (ratio)"]  # fmt: skip
+        rows.append(
+            [
+                label,
+                f"{statistics.median(peer_rates):,.0f} {unit}",
+                f"{statistics.median(our_rates):,.0f} {unit}",
+                f"{paired:.0%}",
+                f"{p:,.0f} / {o:,.0f} ({o / p:.0%})",
+            ]
+        )
+    headers = [
+        "solo worker, Redis + PostgreSQL",
+        "peer (median)",
+        "workflow (median)",
+        "workflow/peer (paired)",
+        "best of each (ratio)",
+    ]
     print(table(headers, rows))
-    print(f"\n{ROUNDS} rounds, each the peer then the workflow; headline: median of the "
-          "rounds' ratios. Target >= 80% for events (the chain keeps no state)")
+    print(
+        f"\n{ROUNDS} rounds, each the peer then the workflow; headline: median of the "
+        "rounds' ratios. Target >= 80% for events (the chain keeps no state)"
+    )
 
 
 if __name__ == "__main__":

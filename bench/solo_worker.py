@@ -57,8 +57,23 @@ def drain(
     worker_env = {**os.environ, **(env or {}), "XSM_BENCH_KEY": key, "PYTHONPATH": str(ROOT)}
     for name in drop_env:
         worker_env.pop(name, None)
-    args = [sys.executable, "-m", "celery", "-A", module, "worker", "-P", "solo", "-Q", queue,
-            "-l", "ERROR", "--without-gossip", "--without-mingle", "--without-heartbeat"]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        module,
+        "worker",
+        "-P",
+        "solo",
+        "-Q",
+        queue,
+        "-l",
+        "ERROR",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+    ]
     client = redis.Redis.from_url(redis_url)
     try:
         with tempfile.TemporaryDirectory() as cwd:

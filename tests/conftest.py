@@ -42,4 +42,3 @@ def _warnings_reach_caplog(caplog: pytest.LogCaptureFixture) -> None:
     for name, logger in logging.root.manager.loggerDict.items():
         if name.startswith("xsm_celery") and isinstance(logger, logging.Logger):
             logger.disabled = False
-

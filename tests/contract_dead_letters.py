@@ -41,7 +41,10 @@ def make_record(**overrides: Any) -> DeadLetter:
             {"source": "service", "name": "runTask", "type": "TimeoutError", "message": "slow"},
             {"source": "service", "name": "runTask", "type": "ValueError", "message": "bad 7"},
         ],
-        "snapshot": {"value": "deadLettered", "context": {"attempt": 3, "nested": [1, {"a": None}]}},
+        "snapshot": {
+            "value": "deadLettered",
+            "context": {"attempt": 3, "nested": [1, {"a": None}]},
+        },
         "taken_at": 1_700_000_000.125,
         "reason": "task_exhausted",
         "machine_hash": "h-1",
@@ -68,9 +71,7 @@ _json = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_key, inner, max_size=3),
     max_leaves=8,
 )
-_error = st.fixed_dictionaries(
-    {"source": _text, "name": _text, "type": _text, "message": _text}
-)
+_error = st.fixed_dictionaries({"source": _text, "name": _text, "type": _text, "message": _text})
 
 
 @st.composite
@@ -122,7 +123,12 @@ class DeadLetterStoreContract:
         """Envelope dead letters keep the envelope and topic; task fields stay None."""
         record = make_record(
             reason="max_attempts",
-            envelope={"id": "e-1", "type": "xsm.order.PAY", "subject": "o-42", "data": {"total": 9}},
+            envelope={
+                "id": "e-1",
+                "type": "xsm.order.PAY",
+                "subject": "o-42",
+                "data": {"total": 9},
+            },
             topic="orders",
             task_name=None,
             task_id=None,
@@ -183,8 +189,9 @@ class DeadLetterStoreContract:
 
     def test_all_returns_every_record_oldest_first(self, store: Any) -> None:
         """all() includes resolved records, in the order they were taken."""
-        records_ = [make_record(taken_at=float(n), resolved_at=9.0 if n == 1 else None)
-                    for n in range(3)]
+        records_ = [
+            make_record(taken_at=float(n), resolved_at=9.0 if n == 1 else None) for n in range(3)
+        ]
         for record in records_:
             store.put(record)
         assert [r.id for r in store.all()] == [r.id for r in records_]
@@ -259,8 +266,9 @@ class DeadLetterStoreContract:
         store.audit("r-1", "replay", actor="ana", reason="fixed in 1.4", outcome="sent t-9")
         store.audit("r-1", "resolve", actor="bo", reason="done", outcome="resolved")
         log = store.audit_log()
-        assert [(e["record_id"], e["action"], e["actor"], e["reason"], e["outcome"])
-                for e in log] == [
+        assert [
+            (e["record_id"], e["action"], e["actor"], e["reason"], e["outcome"]) for e in log
+        ] == [
             ("r-1", "replay", "ana", "fixed in 1.4", "sent t-9"),
             ("r-1", "resolve", "bo", "done", "resolved"),
         ]
@@ -286,7 +294,10 @@ class DeadLetterStoreContract:
         deadline=None,
         # Each store's test class runs this one contract method: one executor per store,
         # none of them holding state between examples (the store is the fixture).
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.differing_executors],
+        suppress_health_check=[
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.differing_executors,
+        ],
     )
     @given(record=records())
     def test_any_record_round_trips(self, store: Any, record: DeadLetter) -> None:

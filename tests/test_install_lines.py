@@ -50,12 +50,15 @@ def test_an_install_line_gives_a_worker_that_starts(
     python = env_dir / "bin" / "python"
     subprocess.run(
         [str(python), "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[{extras}]"],
-        check=True, timeout=800, capture_output=True,
-    )  # fmt: skip
-    (tmp_path / "installproj.py").write_text(textwrap.dedent(f"""
+        check=True,
+        timeout=800,
+        capture_output=True,
+    )
+    (tmp_path / "installproj.py").write_text(
+        textwrap.dedent(f"""
         from celery import Celery
         from xsm_celery.celery import Xsm
-        app = Celery("installproj", broker="{redis_url.rsplit('/', 1)[0]}/12")
+        app = Celery("installproj", broker="{redis_url.rsplit("/", 1)[0]}/12")
         app.conf.xsm_dead_letter_store = "sqlite:///{tmp_path}/dlq.db"
         app.conf.xsm_timer_store = "sqlite:///{tmp_path}/timers.db"
         xsm = Xsm(app)
@@ -63,21 +66,47 @@ def test_an_install_line_gives_a_worker_that_starts(
         @xsm.task(name="installproj.work")
         def work():
             return 1
-    """))
+    """)
+    )
     celery = env_dir / "bin" / "celery"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    helped = subprocess.run([str(celery), "-A", "installproj", "xsm", "--help"], cwd=tmp_path,
-                            env=env, capture_output=True, text=True, timeout=120, check=False)
+    helped = subprocess.run(
+        [str(celery), "-A", "installproj", "xsm", "--help"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     if "cli" in extras.split(","):
         assert helped.returncode == 0, helped.stderr
     queue = f"install-{uuid.uuid4().hex[:8]}"
     log = tmp_path / "worker.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [str(celery), "-A", "installproj", "worker", "-P", "solo", "-Q", queue, "-l", "INFO",
-             "-n", f"{queue}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"],
-            cwd=tmp_path, env=env, stdout=out, stderr=out,
-        )  # fmt: skip
+            [
+                str(celery),
+                "-A",
+                "installproj",
+                "worker",
+                "-P",
+                "solo",
+                "-Q",
+                queue,
+                "-l",
+                "INFO",
+                "-n",
+                f"{queue}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=out,
+        )
         try:
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline and proc.poll() is None:

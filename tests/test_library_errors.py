@@ -21,7 +21,11 @@ BUILTIN_ERRORS = {
 #: Still raised on purpose: Python asks for these exact classes (attribute lookup, iteration,
 #: a CLI exit status, an unreachable branch).
 PROTOCOL_ERRORS = {
-    "AttributeError", "StopIteration", "StopAsyncIteration", "SystemExit", "AssertionError",
+    "AttributeError",
+    "StopIteration",
+    "StopAsyncIteration",
+    "SystemExit",
+    "AssertionError",
 }
 
 

@@ -36,7 +36,9 @@ def _entries() -> list[tuple[str, str, str | None]]:
 ENTRIES = _entries()
 
 
-@pytest.mark.parametrize(("module", "name", "literal"), ENTRIES, ids=[f"{m}:{n}" for m, n, _ in ENTRIES])
+@pytest.mark.parametrize(
+    ("module", "name", "literal"), ENTRIES, ids=[f"{m}:{n}" for m, n, _ in ENTRIES]
+)
 def test_seed_name_imports(module: str, name: str, literal: str | None) -> None:
     """The name imports from the module the seed uses, and equals the stated literal."""
     if (module, name) in NOT_YET:

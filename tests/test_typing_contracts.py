@@ -11,7 +11,7 @@ mypy_api = pytest.importorskip("mypy.api")
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACTS = ROOT / "tests" / "typing" / "contracts.py"
 
-DRIFTED = '''
+DRIFTED = """
 from contextlib import nullcontext
 from typing import Any
 from xsm_celery.persistence import StateStore, StoredSnapshot
@@ -26,7 +26,7 @@ class Drifted:
 
 
 store: StateStore = Drifted()
-'''
+"""
 
 
 def _mypy(*paths: str) -> tuple[str, int]:

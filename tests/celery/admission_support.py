@@ -59,10 +59,16 @@ def deliver(
 ) -> Any:
     """Run one delivery of ``task`` in this process, as a worker would."""
     task.push_request(
-        id=task_id or str(uuid.uuid4()), args=list(args), kwargs={}, headers=headers or {},
+        id=task_id or str(uuid.uuid4()),
+        args=list(args),
+        kwargs={},
+        headers=headers or {},
         delivery_info={"exchange": "", "routing_key": task.app.conf.task_default_queue},
-        is_eager=False, called_directly=False, retries=0, hostname="test@host",
-    )  # fmt: skip
+        is_eager=False,
+        called_directly=False,
+        retries=0,
+        hostname="test@host",
+    )
     try:
         return task(*args)
     finally:

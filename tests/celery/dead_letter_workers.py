@@ -64,8 +64,14 @@ def records_of(store_url: str, task_id: str) -> list[Any]:
 
 def finished(result: AsyncResult, timeout: float = 30) -> str:
     """Wait until the task is in a ready state; return the state."""
-    return str(wait_for(lambda: result.state if result.ready() else None, timeout,
-                        f"task {result.id} to finish", every=0.1))  # fmt: skip
+    return str(
+        wait_for(
+            lambda: result.state if result.ready() else None,
+            timeout,
+            f"task {result.id} to finish",
+            every=0.1,
+        )
+    )
 
 
 def dlq_cli(cluster: Cluster, store_url: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -73,5 +79,12 @@ def dlq_cli(cluster: Cluster, store_url: str, *args: str) -> subprocess.Complete
     script = Path(sys.executable).parent / "xsm-celery"
     command = [str(script), "dlq", "--app", f"{APP}:app", "--dlq", store_url, *args]
     env = {k: v for k, v in cluster.env().items() if k != "XSM_DLQ"}
-    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=cluster.workdir,
-                          timeout=60, check=False)  # fmt: skip
+    return subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cluster.workdir,
+        timeout=60,
+        check=False,
+    )

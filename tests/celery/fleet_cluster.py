@@ -39,9 +39,27 @@ class FleetCluster(Cluster):
     def start_worker(self, name: str, pool: str = "prefork", processes: int = 1) -> Any:
         """A ``fleetapp`` worker with ``processes`` pool processes."""
         log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - lives with the process
-        args = [sys.executable, "-m", "celery", "-A", APP, "worker", "-P", pool,
-                "-c", str(processes), "-n", f"{name}@%h", "-Q", self.queue, "-l", "INFO",
-                "--without-gossip", "--without-mingle", "--without-heartbeat"]  # fmt: skip
+        args = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            APP,
+            "worker",
+            "-P",
+            pool,
+            "-c",
+            str(processes),
+            "-n",
+            f"{name}@%h",
+            "-Q",
+            self.queue,
+            "-l",
+            "INFO",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ]
         proc = subprocess.Popen(args, cwd=self.workdir, env=self.env(), stdout=log, stderr=log)
         self.procs.append(proc)
         self._wait_ready(name, proc)

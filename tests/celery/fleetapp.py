@@ -138,10 +138,15 @@ def windowed(tag: str) -> None:
     shared=False,
     retry_policy=RetryPolicy(max_attempts=1),
     fleet_concurrency=AIMD(
-        initial=1, min_limit=1, max_limit=3, latency_target_ms=2_000, interval_s=0.2,
-        key="adaptive", lease_s=5,
+        initial=1,
+        min_limit=1,
+        max_limit=3,
+        latency_target_ms=2_000,
+        interval_s=0.2,
+        key="adaptive",
+        lease_s=5,
     ),
-)  # fmt: skip
+)
 def adaptive(tag: str, hold: float, fail: bool) -> None:
     """Count the bodies running at once under an AIMD pool, hold, then succeed or fail."""
     running = _redis.incr(key(tag, "running"))

@@ -131,8 +131,9 @@ def test_a_task_deferred_past_the_bound_is_dead_lettered_with_its_own_reason(
     # Redis' record says the first deferral was two minutes ago, 41 deferrals since.
     task_id = str(uuid.uuid4())
     first_ms = int(store.server_time() * 1000) - 120_000
-    store.client.hset(f"{store.prefix}deferrals:{task_id}", mapping={"first": first_ms,
-                                                                      "count": 41})  # fmt: skip
+    store.client.hset(
+        f"{store.prefix}deferrals:{task_id}", mapping={"first": first_ms, "count": 41}
+    )
     with pytest.raises(DeferredTooLongError) as raised:
         deliver(starved, task_id=task_id)
     assert raised.value.deferrals == 42
@@ -206,8 +207,12 @@ def test_a_scheduled_retry_counts_as_a_failure_for_the_fleet_breaker(
     app = make_app(xsm_breakers={name: {"failure_threshold": 2, "cooldown_ms": 20_000}})
     xsm = Xsm(app)
 
-    @xsm.task(shared=False, name="t.pay.retrying", breaker=name,
-              retry_policy=RetryPolicy(max_attempts=5, base_ms=1))  # fmt: skip
+    @xsm.task(
+        shared=False,
+        name="t.pay.retrying",
+        breaker=name,
+        retry_policy=RetryPolicy(max_attempts=5, base_ms=1),
+    )
     def pay() -> None:
         raise ConnectionError("gateway down")
 
@@ -295,8 +300,11 @@ def test_a_key_callable_gives_each_customer_its_own_limit(
     xsm = Xsm(app)
     ran: list[str] = []
 
-    @xsm.task(shared=False, name="t.per_customer",
-              fleet_rate_limit=RateLimit("1/m", burst=1, key=lambda customer: customer))  # fmt: skip
+    @xsm.task(
+        shared=False,
+        name="t.per_customer",
+        fleet_rate_limit=RateLimit("1/m", burst=1, key=lambda customer: customer),
+    )
     def per_customer(customer: str) -> None:
         ran.append(customer)
 
@@ -315,8 +323,11 @@ def test_a_sliding_window_option_defers_past_its_limit(make_app: Callable[..., C
     xsm = Xsm(app)
     ran: list[int] = []
 
-    @xsm.task(shared=False, name="t.window",
-              fleet_rate_limit=RateLimit("2/10s", sliding=True, key="window"))  # fmt: skip
+    @xsm.task(
+        shared=False,
+        name="t.window",
+        fleet_rate_limit=RateLimit("2/10s", sliding=True, key="window"),
+    )
     def windowed(n: int) -> None:
         ran.append(n)
 
@@ -332,8 +343,11 @@ def test_an_aimd_pool_grows_after_a_fast_success(make_app: Callable[..., Celery]
     app = make_app()
     xsm = Xsm(app)
 
-    @xsm.task(shared=False, name="t.adaptive",
-              fleet_concurrency=AIMD(initial=1, max_limit=2, key="adaptive"))  # fmt: skip
+    @xsm.task(
+        shared=False,
+        name="t.adaptive",
+        fleet_concurrency=AIMD(initial=1, max_limit=2, key="adaptive"),
+    )
     def adaptive() -> str:
         return "ok"
 

@@ -41,8 +41,7 @@ def _rated(app: Celery, name: str = "t.rated", **options: Any) -> tuple[Any, lis
     """A task limited to one call a minute on the limit ``name``; returns it and its runs."""
     ran: list[Any] = []
 
-    @Xsm(app).task(shared=False, name=name,
-                   fleet_rate_limit=RateLimit("1/m", burst=1, **options))  # fmt: skip
+    @Xsm(app).task(shared=False, name=name, fleet_rate_limit=RateLimit("1/m", burst=1, **options))
     def rated(n: Any) -> None:
         ran.append(n)
 

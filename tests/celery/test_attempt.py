@@ -213,8 +213,9 @@ def test_a_first_attempt_before_the_chart_decides_as_the_chart_does() -> None:
     for call in (lambda: "ok", ignored, fails):
         marks: list[int] = []
         runs = [Run(call=call, mark=marks.append), Run(call=call, mark=marks.append)]
-        direct, charted = run_chart(machine, None, runs[0], first=first), run_chart(
-            machine, None, runs[1]
+        direct, charted = (
+            run_chart(machine, None, runs[0], first=first),
+            run_chart(machine, None, runs[1]),
         )
         assert direct.verdict is charted.verdict
         assert (runs[0].result, runs[0].invocations, marks) == (runs[1].result, 1, [1, 1])

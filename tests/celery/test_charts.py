@@ -27,7 +27,9 @@ def test_the_default_chart_is_the_seeds_retry_loop() -> None:
 def test_the_chart_is_shipped_as_a_resource() -> None:
     """task_retry.json is installed in xsm_celery.charts and loads by name, with or without .json."""
     assert DEFAULT_CHART in shipped_charts()
-    assert load_task_chart("task_retry") == load_task_chart("task_retry.json") == load_task_chart(None)
+    assert (
+        load_task_chart("task_retry") == load_task_chart("task_retry.json") == load_task_chart(None)
+    )
 
 
 def test_a_path_and_a_dict_load_as_copies(tmp_path: Path) -> None:

@@ -153,17 +153,22 @@ def test_corrupt_body_is_dead_lettered_by_the_dispatcher(
     dlq = MemoryDeadLetterStore()
     store = MemoryStore()
     install_dispatcher(
-        app, lambda: InboundDispatcher(store, {STEP_TYPE: recorder()}, dead_letters=dlq), topic,
+        app,
+        lambda: InboundDispatcher(store, {STEP_TYPE: recorder()}, dead_letters=dlq),
+        topic,
         allow_memory_dead_letters=True,
-    )  # fmt: skip
+    )
     with KombuBrokerAdapter(broker_url) as setup:
         setup.declare(topic)
     with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
         with Connection(broker_url) as conn:
             Producer(conn.default_channel).publish(
-                "{broken", routing_key=topic, exchange=ANONYMOUS, content_type=CONTENT_TYPE,
+                "{broken",
+                routing_key=topic,
+                exchange=ANONYMOUS,
+                content_type=CONTENT_TYPE,
                 content_encoding="utf-8",
-            )  # fmt: skip
+            )
         _publish(broker_url, topic, [_step("acct-1", 5)])
         _wait(lambda: seen(store, "acct-1") == [5] and bool(dlq.list()))
     assert [r.reason for r in dlq.list()] == ["corrupt"]
@@ -188,9 +193,11 @@ def test_a_dispatcher_without_a_store_dead_letters_into_the_apps_store(
     app = _app(broker_url, apps, dlq_url=url)
     calls: list[int] = []
     install_dispatcher(
-        app, lambda: InboundDispatcher(MemoryStore(), {STEP_TYPE: poison(calls)}, max_attempts=1),
-        topic, retry_s=0.2,
-    )  # fmt: skip
+        app,
+        lambda: InboundDispatcher(MemoryStore(), {STEP_TYPE: poison(calls)}, max_attempts=1),
+        topic,
+        retry_s=0.2,
+    )
     store = open_dead_letter_store(url)
     with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
         _publish(broker_url, topic, [_step("acct-1", 1)])
@@ -208,8 +215,9 @@ def test_a_memory_store_is_refused_in_a_worker_unless_asked_for() -> None:
     defaulted = InboundDispatcher(MemoryStore(), {STEP_TYPE: recorder()})
     with pytest.raises(ConfigurationError, match="allow_memory_dead_letters=True"):
         adopt_app_dead_letters(defaulted, app, allow_memory=False)
-    given = InboundDispatcher(MemoryStore(), {STEP_TYPE: recorder()},
-                              dead_letters=MemoryDeadLetterStore())  # fmt: skip
+    given = InboundDispatcher(
+        MemoryStore(), {STEP_TYPE: recorder()}, dead_letters=MemoryDeadLetterStore()
+    )
     with pytest.raises(ConfigurationError, match="neither the admin nor the CLI"):
         adopt_app_dead_letters(given, app, allow_memory=False)
     assert adopt_app_dead_letters(given, app, allow_memory=True) is given.dead_letters

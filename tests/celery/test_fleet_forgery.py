@@ -69,11 +69,17 @@ def test_junk_and_far_future_deferral_headers_lose_no_task(
     fleet.start_worker("j1", processes=2)
     producer = fleet.producer()
     tag = uuid.uuid4().hex[:8]
-    junk = [json.dumps({"first": "abc"}), "not json", json.dumps({"first": 1e300, "count": 1}),
-            json.dumps({"first": 0, "count": -1}), json.dumps([1, 2])]  # fmt: skip
+    junk = [
+        json.dumps({"first": "abc"}),
+        "not json",
+        json.dumps({"first": 1e300, "count": 1}),
+        json.dumps({"first": 0, "count": -1}),
+        json.dumps([1, 2]),
+    ]
     for raw in junk:
-        producer.send_task("tests.celery.fleetapp.fleet_rated", args=[tag],
-                           headers={DEFERRAL_HEADER: raw})  # fmt: skip
+        producer.send_task(
+            "tests.celery.fleetapp.fleet_rated", args=[tag], headers={DEFERRAL_HEADER: raw}
+        )
     wait_for(lambda: len(times_of(results, tag)) >= len(junk), 30, "every junk-headed task")
     # A task that can never be admitted, claiming it was first deferred in the far future,
     # is still dead-lettered once Redis' own record is older than the 4 s bound.
@@ -81,8 +87,11 @@ def test_junk_and_far_future_deferral_headers_lose_no_task(
     store = FleetRedis(fleet.fleet_redis, prefix=fleet.prefix)
     name = limit_name("tests.celery.fleetapp.holder", starved)
     RedisSlots(store, name, 1, lease_s=120).try_acquire()
-    sent = producer.send_task("tests.celery.fleetapp.holder", args=[starved, 0.1],
-                              headers={DEFERRAL_HEADER: json.dumps({"first": 1e300})})  # fmt: skip
+    sent = producer.send_task(
+        "tests.celery.fleetapp.holder",
+        args=[starved, 0.1],
+        headers={DEFERRAL_HEADER: json.dumps({"first": 1e300})},
+    )
     dlq = open_dead_letter_store(fleet.dlq_url)
 
     def dead_letter() -> object:

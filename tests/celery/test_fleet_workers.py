@@ -119,9 +119,13 @@ def test_exactly_half_open_max_calls_probes_run_across_four_processes(
     fleet.start_worker("p2", processes=2)
     store = FleetRedis(fleet.fleet_redis, prefix=fleet.prefix)
     opener = FleetBreaker(
-        store, "probes", check_interval_ms=0,
-        failure_threshold=1, cooldown_ms=3_000, half_open_max_calls=2,
-    )  # fmt: skip
+        store,
+        "probes",
+        check_interval_ms=0,
+        failure_threshold=1,
+        cooldown_ms=3_000,
+        half_open_max_calls=2,
+    )
     opener.record(opener.admit(), "failure")
     producer = fleet.producer()
     tag = uuid.uuid4().hex[:8]
@@ -251,8 +255,9 @@ def test_renewal_keeps_a_short_lease_held_and_the_limit_exact(
     producer = fleet.producer()
     tag = uuid.uuid4().hex[:8]
     started = time.monotonic()
-    sent = [producer.send_task("tests.celery.fleetapp.long_holder", args=[tag, 7.0])
-            for _ in range(4)]  # fmt: skip
+    sent = [
+        producer.send_task("tests.celery.fleetapp.long_holder", args=[tag, 7.0]) for _ in range(4)
+    ]
     for result in sent:
         result.get(timeout=90)
     seen = [int(v) for v in results.lrange(f"xsm-test-fleet:{tag}:seen", 0, -1)]

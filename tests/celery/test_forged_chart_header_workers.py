@@ -129,8 +129,11 @@ def test_no_dead_letter_but_the_donors_carries_its_errors(
     """The donor's own dead letter has its three errors; no other record has any of them."""
     own = _dead_letter(cluster, donor["id"])
     assert [e["message"] for e in own.errors] == [f"{donor['tag']} failure {n}" for n in (1, 2, 3)]
-    others = [r for r in open_dead_letter_store(cluster.dlq_url).list(limit=500)
-              if r.task_id != donor["id"]]  # fmt: skip
+    others = [
+        r
+        for r in open_dead_letter_store(cluster.dlq_url).list(limit=500)
+        if r.task_id != donor["id"]
+    ]
     assert all(donor["tag"] not in json.dumps(r.errors) for r in others)
 
 

@@ -165,9 +165,13 @@ def test_a_signed_header_keeps_the_keys_its_chart_wrote(
 
 @pytest.mark.parametrize(
     ("value", "reason"),
-    [(123, "not a string"), ("{not json", "not JSON"), ("[1]", "not an object"),
-     ("x" * (MAX_HEADER_CHARS + 1), "too large")],
-)  # fmt: skip
+    [
+        (123, "not a string"),
+        ("{not json", "not JSON"),
+        ("[1]", "not an object"),
+        ("x" * (MAX_HEADER_CHARS + 1), "too large"),
+    ],
+)
 def test_malformed_headers_are_rejected_before_parsing(
     machine: Any, rejected: list[dict[str, object]], value: Any, reason: str
 ) -> None:
@@ -318,9 +322,12 @@ def _shapes(machine: Any) -> Iterator[dict[str, Any]]:
     base = _spent(machine, 1, TASK_ID)
     states = sorted(node.id for node in machine.iter_states() if node.id != machine.id)
     for state, attempt, mark, status, timers in itertools.product(
-        states, range(-1, POLICY.max_attempts + 2), (False, True), ("running", "done"),
+        states,
+        range(-1, POLICY.max_attempts + 2),
+        (False, True),
+        ("running", "done"),
         (True, False),
-    ):  # fmt: skip
+    ):
         data = json.loads(json.dumps(base))
         data["state_ids"], data["status"] = [state], status
         data["context"]["attempt"] = attempt
@@ -440,8 +447,13 @@ def test_a_worker_with_unsigned_headers_says_so_once(
     warned = [r for r in caplog.records if r.name == "xsm_celery.celery.task.chart_task"]
     assert [r.getMessage() for r in warned] == [UNSIGNED_WARNING]
     assert warned[0].levelno == logging.WARNING
-    for phrase in ("cannot skip", "give up without running", "another task id",
-                   "xsm_signing_key", "max_attempts - 1"):  # fmt: skip
+    for phrase in (
+        "cannot skip",
+        "give up without running",
+        "another task id",
+        "xsm_signing_key",
+        "max_attempts - 1",
+    ):
         assert phrase in UNSIGNED_WARNING
 
 

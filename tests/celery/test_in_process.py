@@ -130,10 +130,13 @@ def test_exhaustion_on_the_in_process_worker_writes_a_dead_letter(
 FORGED_CONTEXTS = {
     "negative": {"attempt": -1_000_000},
     "exhausted": {"attempt": 99},
-    "errors": {"attempt": 1, "_xsm_errors": [
-        {"source": "service", "name": "x", "type": "Forged", "message": "planted"}] * 5},
+    "errors": {
+        "attempt": 1,
+        "_xsm_errors": [{"source": "service", "name": "x", "type": "Forged", "message": "planted"}]
+        * 5,
+    },
     "extra": {"attempt": 0, "note": "<script>planted</script>"},
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("attack", sorted(FORGED_CONTEXTS))
@@ -142,9 +145,12 @@ def test_a_forged_header_on_a_real_message_gets_exactly_the_policy(
 ) -> None:
     """Each forged header: the task still runs max_attempts times, and its dead letter is clean."""
     forged = {
-        "machine_id": "task", "status": "running", "state_ids": ["task.retrying"],
-        "context": FORGED_CONTEXTS[attack], "deadlines": [],
-    }  # fmt: skip
+        "machine_id": "task",
+        "status": "running",
+        "state_ids": ["task.retrying"],
+        "context": FORGED_CONTEXTS[attack],
+        "deadlines": [],
+    }
     tag, task_id = f"forged-{attack}", f"forged-{attack}-{uuid.uuid4().hex}"
     headers = {HEADER: json.dumps(forged), TASK_HEADER: task_id}  # its own id: every check runs
     result = celery_session_app.send_task(

@@ -104,7 +104,9 @@ def fake_task(task_id: str) -> Any:
 
 
 #: What the checked header of a message carrying attempt 1's failure says.
-SNAPSHOT_AFTER_ONE_FAILURE = ChartHeader(snapshot={"context": {"attempt": 1}}, attempt=1, same_structure=True)
+SNAPSHOT_AFTER_ONE_FAILURE = ChartHeader(
+    snapshot={"context": {"attempt": 1}}, attempt=1, same_structure=True
+)
 
 
 def test_a_redelivery_whose_attempt_started_is_a_lost_attempt() -> None:

@@ -27,8 +27,12 @@ def app() -> Iterator[Celery]:
         xsm_dead_letter_store=f"memory://{uuid.uuid4().hex}",
     )
 
-    @celery_app.task(shared=False, base=ChartTask, name="billing.charge",
-                     retry_policy=RetryPolicy(max_attempts=1))  # fmt: skip
+    @celery_app.task(
+        shared=False,
+        base=ChartTask,
+        name="billing.charge",
+        retry_policy=RetryPolicy(max_attempts=1),
+    )
     def charge(order_id: str, amount: int) -> None:
         raise ConnectionError("gateway down")
 

@@ -45,13 +45,20 @@ def app(tmp_path: Path) -> Iterator[Celery]:
 def orders(app: Celery) -> Workflow:
     """The order workflow in memory; its ``charge`` step is a chart task that gives up at once."""
 
-    @app.task(shared=False, base=ChartTask, name=f"{app.main}.charge",
-              retry_policy=RetryPolicy(max_attempts=1))  # fmt: skip
+    @app.task(
+        shared=False,
+        base=ChartTask,
+        name=f"{app.main}.charge",
+        retry_policy=RetryPolicy(max_attempts=1),
+    )
     def charge(amount: int) -> None:
         raise ConnectionError("gateway down")
 
-    return Xsm(app).workflow(order_machine(charge), store="memory://",
-                             retry_policy=RetryPolicy(max_attempts=1, base_ms=1))  # fmt: skip
+    return Xsm(app).workflow(
+        order_machine(charge),
+        store="memory://",
+        retry_policy=RetryPolicy(max_attempts=1, base_ms=1),
+    )
 
 
 def dead_letters(app: Celery) -> Any:
@@ -89,13 +96,17 @@ def test_a_task_step_the_instance_waits_for_is_sent_with_its_id_and_callbacks(
     view = orders.get("o-1")
     assert view is not None
     assert view.waiting_for == {"charge": record.task_id}
-    result = replay_task(dead_letters(app), record.id, app, reason="gateway fixed",
-                         dry_run=False, actor="ana")  # fmt: skip
+    result = replay_task(
+        dead_letters(app), record.id, app, reason="gateway fixed", dry_run=False, actor="ana"
+    )
     (message,) = sent(app, f"{app.main}.charge")
     assert message.headers["id"] == record.task_id == result.task_id
     # The replayed record rides along, so a give-up of the replay is a record of its own.
-    assert message.headers[WORKFLOW_HEADER] == {"workflow": "order", "key": "o-1",
-                                                "replay": record.id}
+    assert message.headers[WORKFLOW_HEADER] == {
+        "workflow": "order",
+        "key": "o-1",
+        "replay": record.id,
+    }
     args, kwargs, embed = message.decode()
     assert (args, kwargs) == ([], {"amount": 5})
     assert [c["task"] for c in embed["callbacks"]] == ["xsm.workflow.order"]
@@ -117,9 +128,11 @@ def test_a_replayed_task_step_that_gives_up_again_is_a_new_dead_letter(
     (message,) = sent(app, f"{app.main}.charge")
     args, kwargs, _ = message.decode()
     app.tasks[f"{app.main}.charge"].apply(
-        args, kwargs, task_id=record.task_id,
+        args,
+        kwargs,
+        task_id=record.task_id,
         headers={WORKFLOW_HEADER: message.headers[WORKFLOW_HEADER]},
-    )  # fmt: skip
+    )
     records = [r for r in dead_letters(app).all() if r.task_id == record.task_id]
     assert len(records) == 2
     [again] = [r for r in records if r.id != record.id]
@@ -185,8 +198,12 @@ def test_a_task_step_of_an_undeclared_workflow_is_refused_naming_the_import(
     app: Celery,
 ) -> None:
     """Without the workflow in this process the instance cannot be checked: say what to import."""
-    record = make_record(task_name="shop.charge", task_args=[7], task_kwargs={},
-                         event={"type": "error", "payload": {"workflow": "nowhere", "key": "k"}})  # fmt: skip
+    record = make_record(
+        task_name="shop.charge",
+        task_args=[7],
+        task_kwargs={},
+        event={"type": "error", "payload": {"workflow": "nowhere", "key": "k"}},
+    )
     dead_letters(app).put(record)
     with pytest.raises(ReplayRefusedError, match="not declared on app") as caught:
         replay_task(dead_letters(app), record.id, app)
@@ -195,23 +212,41 @@ def test_a_task_step_of_an_undeclared_workflow_is_refused_naming_the_import(
 
 def test_a_task_step_whose_instance_is_gone_is_refused(app: Celery, orders: Workflow) -> None:
     """A key the store does not hold waits for nothing."""
-    record = make_record(task_name=f"{app.main}.charge", task_args=[], task_kwargs={},
-                         event={"type": "error", "payload": {"workflow": "order", "key": "gone"}})  # fmt: skip
+    record = make_record(
+        task_name=f"{app.main}.charge",
+        task_args=[],
+        task_kwargs={},
+        event={"type": "error", "payload": {"workflow": "order", "key": "gone"}},
+    )
     dead_letters(app).put(record)
     with pytest.raises(ReplayRefusedError, match="not in the workflow's store"):
         replay_task(dead_letters(app), record.id, app)
 
 
-@pytest.mark.parametrize(("overrides", "expected"), [
-    ({"task_name": "xsm.workflow.order", "task_args": ["o-1", {"id": "m"}]},
-     WorkflowRef("order", "o-1", WorkflowPart.STEP_MESSAGE)),
-    ({"event": {"type": "e", "payload": {"workflow": "order", "key": "o-2", "canvas": {}}}},
-     WorkflowRef("order", "o-2", WorkflowPart.TASK_STEP)),
-    ({"task_name": None, "task_args": None, "task_kwargs": None, "topic": "workflow:order:a:b"},
-     WorkflowRef("order", "a:b", WorkflowPart.DEAD_LETTER_STATE)),
-    ({}, None),
-    ({"task_name": None, "task_args": None, "task_kwargs": None, "topic": "orders"}, None),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (
+            {"task_name": "xsm.workflow.order", "task_args": ["o-1", {"id": "m"}]},
+            WorkflowRef("order", "o-1", WorkflowPart.STEP_MESSAGE),
+        ),
+        (
+            {"event": {"type": "e", "payload": {"workflow": "order", "key": "o-2", "canvas": {}}}},
+            WorkflowRef("order", "o-2", WorkflowPart.TASK_STEP),
+        ),
+        (
+            {
+                "task_name": None,
+                "task_args": None,
+                "task_kwargs": None,
+                "topic": "workflow:order:a:b",
+            },
+            WorkflowRef("order", "a:b", WorkflowPart.DEAD_LETTER_STATE),
+        ),
+        ({}, None),
+        ({"task_name": None, "task_args": None, "task_kwargs": None, "topic": "orders"}, None),
+    ],
+)
 def test_the_record_names_its_workflow_instance(
     overrides: dict[str, Any], expected: WorkflowRef | None
 ) -> None:

@@ -59,8 +59,17 @@ def test_a_replayed_chain_member_runs_the_rest_of_its_chain(
     assert [c["task"] for c in record.event["payload"]["canvas"]["chain"]] == ["dl_kill.record"]
     assert recorded(results_redis, tag) == []
     results_redis.delete(killapp.down_key(tag))
-    done = dlq_cli(cluster, store_url, "replay", record.id, "--no-dry-run", "--yes",
-                   "--reason", "ledger is back", "--json")  # fmt: skip
+    done = dlq_cli(
+        cluster,
+        store_url,
+        "replay",
+        record.id,
+        "--no-dry-run",
+        "--yes",
+        "--reason",
+        "ledger is back",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     assert "not registered" not in done.stderr
     expected = {"tag": tag, "doubled": 42}
@@ -84,16 +93,26 @@ def test_a_chord_member_replay_is_refused_with_what_would_be_lost(
     app = cluster.producer()
     tag, other = uuid.uuid4().hex, uuid.uuid4().hex
     results_redis.set(killapp.down_key(tag), 1, ex=600)
-    header = [app.signature("dl_kill.flaky", args=(tag, 1)),
-              app.signature("dl_kill.flaky", args=(other, 2))]  # fmt: skip
+    header = [
+        app.signature("dl_kill.flaky", args=(tag, 1)),
+        app.signature("dl_kill.flaky", args=(other, 2)),
+    ]
     result = chord(header, app.signature("dl_kill.record", kwargs={"tag": tag})).apply_async()
     failing = result.parent.results[0]
     assert finished(failing) == "FAILURE"
     (record,) = records_of(store_url, failing.id)
     assert record.event["payload"]["canvas"]["chord"]["task"] == "dl_kill.record"
     results_redis.delete(killapp.down_key(tag))
-    refused = dlq_cli(cluster, store_url, "replay", record.id, "--no-dry-run", "--yes",
-                      "--reason", "ledger is back")  # fmt: skip
+    refused = dlq_cli(
+        cluster,
+        store_url,
+        "replay",
+        record.id,
+        "--no-dry-run",
+        "--yes",
+        "--reason",
+        "ledger is back",
+    )
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "member of a chord" in refused.stderr
     assert "'dl_kill.record' did not run" in refused.stderr

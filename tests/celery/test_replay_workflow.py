@@ -29,8 +29,10 @@ def test_a_linked_callback_is_kept_in_the_record_and_sent_again(app: Celery) -> 
 
 def test_the_rest_of_a_chain_is_kept_on_replay(app: Celery) -> None:  # noqa: F811
     """A chain member's record keeps the chain; the replay sends it, so the chain continues."""
-    rest = [dict(app.signature("shop.ship", args=("o-1",))),
-            dict(app.signature("shop.email", args=("o-1",)))]  # fmt: skip
+    rest = [
+        dict(app.signature("shop.ship", args=("o-1",))),
+        dict(app.signature("shop.email", args=("o-1",))),
+    ]
     request = SimpleNamespace(chain=rest, callbacks=None, errbacks=None, chord=None, group=None)
     options = replay_options("r-1", {"canvas": canvas_of(request)})
     assert [s["task"] for s in options["chain"]] == ["shop.ship", "shop.email"]

@@ -83,8 +83,15 @@ def test_a_good_value_is_parsed(key: str, value: object, parsed: object) -> None
 
 def test_registered_keys_accept_good_values() -> None:
     """The relay's keys pass with values of the right type."""
-    read_settings(app_with(xsm_relay_batch=10, xsm_relay_lease_s=5.5, xsm_event_partitions=4,
-                           xsm_outbox_store="django", xsm_relay_owner="w1"))  # fmt: skip
+    read_settings(
+        app_with(
+            xsm_relay_batch=10,
+            xsm_relay_lease_s=5.5,
+            xsm_event_partitions=4,
+            xsm_outbox_store="django",
+            xsm_relay_owner="w1",
+        )
+    )
 
 
 def test_memory_markers_are_refused_outside_eager_mode() -> None:
@@ -100,10 +107,18 @@ def test_a_countdown_above_the_visibility_timeout_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="visibility timeout \\(3600 s\\)"):
         read_settings(app_with(broker_url="redis://x", xsm_timer_countdown_max_s=4000))
     with pytest.raises(ConfigurationError, match="visibility timeout \\(100 s\\)"):
-        read_settings(app_with(broker_url="redis://x", xsm_timer_countdown_max_s=200,
-                               broker_transport_options={"visibility_timeout": 100}))  # fmt: skip
-    raised = app_with(broker_url="redis://x", xsm_timer_countdown_max_s=4000,
-                      broker_transport_options={"visibility_timeout": 7200})  # fmt: skip
+        read_settings(
+            app_with(
+                broker_url="redis://x",
+                xsm_timer_countdown_max_s=200,
+                broker_transport_options={"visibility_timeout": 100},
+            )
+        )
+    raised = app_with(
+        broker_url="redis://x",
+        xsm_timer_countdown_max_s=4000,
+        broker_transport_options={"visibility_timeout": 7200},
+    )
     assert read_settings(raised).timer_countdown_max_s == 4000.0
     amqp = app_with(broker_url="amqp://guest@localhost//", xsm_timer_countdown_max_s=4000)
     assert read_settings(amqp).timer_countdown_max_s == 4000.0
@@ -131,7 +146,8 @@ def test_beat_entries_expire_when_the_next_tick_is_due() -> None:
 
 def test_a_worker_with_a_bad_setting_refuses_to_start(tmp_path: Path) -> None:
     """``celery worker`` exits with the setting named when a chart task's app has a bad value."""
-    (tmp_path / "badproj.py").write_text(textwrap.dedent("""
+    (tmp_path / "badproj.py").write_text(
+        textwrap.dedent("""
         from celery import Celery
         from xsm_celery.celery import Xsm
         app = Celery("badproj", broker="memory://", backend="cache+memory://")
@@ -141,10 +157,15 @@ def test_a_worker_with_a_bad_setting_refuses_to_start(tmp_path: Path) -> None:
         @xsm.task(name="badproj.work")
         def work():
             return 1
-    """))
+    """)
+    )
     result = subprocess.run(
         [sys.executable, "-m", "celery", "-A", "badproj", "worker", "--pool=solo", "-Q", "none"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode != 0
     assert "xsm_timer_batch=0.5" in result.stderr + result.stdout

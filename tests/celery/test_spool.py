@@ -33,12 +33,20 @@ def failure(task_id: str, message: str = "card declined") -> TaskFailure:
     """A task run that gave up at attempt 3 with a real error chain."""
     chain = [{"source": "work", "name": "work", "type": "ValueError", "message": message}]
     return TaskFailure(
-        task_name="shop.charge", task_id=task_id, args=["o-1"], kwargs={}, hostname="w1",
-        machine_id="task", machine_hash="h", machine_version=None, state_id="task.dead",
+        task_name="shop.charge",
+        task_id=task_id,
+        args=["o-1"],
+        kwargs={},
+        hostname="w1",
+        machine_id="task",
+        machine_hash="h",
+        machine_version=None,
+        state_id="task.dead",
         event_type="error.platform.work",
         snapshot={"context": {"attempt": 3, ERRORS_CONTEXT_KEY: chain}},
-        error=ValueError(message), retryable=False,
-    )  # fmt: skip
+        error=ValueError(message),
+        retryable=False,
+    )
 
 
 @pytest.fixture

@@ -126,11 +126,19 @@ def test_a_failed_publish_keeps_the_row_for_a_later_tick(tmp_path: Path) -> None
 def test_beat_schedule_gives_the_timer_and_relay_entries(app: Celery) -> None:
     """beat_schedule names the timer task and, when asked, the outbox relay task."""
     xsm = Xsm(app)
-    assert xsm.beat_schedule() == {"xsm-fire-timers": {
-        "task": FIRE_TIMERS_TASK, "schedule": 10.0, "options": {"expires": 10.0}}}  # fmt: skip
+    assert xsm.beat_schedule() == {
+        "xsm-fire-timers": {
+            "task": FIRE_TIMERS_TASK,
+            "schedule": 10.0,
+            "options": {"expires": 10.0},
+        }
+    }
     both = xsm.beat_schedule(relay_every=5, timers_every=2)
     assert both["xsm-relay-outbox"] == {
-        "task": "xsm_celery.relay_outbox", "schedule": 5.0, "options": {"expires": 5.0}}  # fmt: skip
+        "task": "xsm_celery.relay_outbox",
+        "schedule": 5.0,
+        "options": {"expires": 5.0},
+    }
     assert both["xsm-fire-timers"]["schedule"] == 2.0
     assert xsm.beat_schedule(timers_every=None) == {}
     with pytest.raises(ValueError, match="timers_every"):

@@ -79,10 +79,14 @@ def deliver(app: Celery, tracer: Any, task: Any) -> tuple[str, Any, Any]:
     """One delivery through ``tracer``, as the worker makes it: (task id, R, I)."""
     task_id = str(uuid.uuid4())
     request = {
-        "id": task_id, "task": task.name, "headers": {}, "retries": 0, "hostname": HOSTNAME,
+        "id": task_id,
+        "task": task.name,
+        "headers": {},
+        "retries": 0,
+        "hostname": HOSTNAME,
         "delivery_info": {"exchange": "", "routing_key": app.conf.task_default_queue},
         "is_eager": False,
-    }  # fmt: skip
+    }
     r, info, _, _ = tracer(task_id, [], {}, request)
     return task_id, r, info
 
@@ -110,9 +114,7 @@ def test_a_chart_retry_is_stored_signalled_and_republished_without_a_traceback_c
     task_id, einfo, info = deliver(app, worker_tracer(app, task), task)
     assert info.state == "RETRY"
     assert type(einfo) is RetryInfo
-    line = (
-        "xsm_celery.celery.task.tracer.ChartRetry: Retry in 5.0s: ConnectionError('upstream refused')\n"
-    )
+    line = "xsm_celery.celery.task.tracer.ChartRetry: Retry in 5.0s: ConnectionError('upstream refused')\n"
     assert einfo.traceback == line
     assert type(einfo.exception.exc) is ChartRetry
     result = app.AsyncResult(task_id)
@@ -184,6 +186,9 @@ def test_chart_retry_copies_the_scheduled_retry_without_building_a_new_one() -> 
     marked = chart_retry(scheduled)
     assert type(marked) is ChartRetry
     assert (marked.exc, marked.excs, marked.when, str(marked)) == (
-        scheduled.exc, scheduled.excs, 1.5, "Retry in 1.5s: ValueError('bad')",
-    )  # fmt: skip
+        scheduled.exc,
+        scheduled.excs,
+        1.5,
+        "Retry in 1.5s: ValueError('bad')",
+    )
     assert marked.args == (marked, *scheduled.args[1:])

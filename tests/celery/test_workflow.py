@@ -100,7 +100,10 @@ def test_send_publishes_one_task_message_for_the_event(
     assert message["headers"]["task"] == "xsm.workflow.order"
     assert message["headers"]["id"] == result.id
     args = json.loads(base64.b64decode(message["body"]))[0]
-    assert args == ["o-2", {"id": "evt-1", "kind": "event", "type": "PAY", "payload": {"total": 99}}]
+    assert args == [
+        "o-2",
+        {"id": "evt-1", "kind": "event", "type": "PAY", "payload": {"total": 99}},
+    ]
     assert orders.get("o-2") is None
 
 
@@ -222,8 +225,9 @@ def test_an_error_completion_reaches_on_error(app: Celery, store_url: str) -> No
     view = orders.send_now("o-10", "PAY", total=5)
     [task_id] = view.waiting_for.values()
     info = {"task": "charge", "type": "CardDeclined", "message": "no funds"}
-    orders.step("o-10", Message(f"error:{task_id}", "error", invoke="charge", dispatch=task_id,
-                                data=info))  # fmt: skip
+    orders.step(
+        "o-10", Message(f"error:{task_id}", "error", invoke="charge", dispatch=task_id, data=info)
+    )
     failed = orders.get("o-10")
     assert failed is not None
     assert failed.value == "failed"
@@ -237,8 +241,13 @@ def test_a_stale_timer_is_ignored(app: Celery, store_url: str) -> None:
     [timer] = view.timers
     orders.send_now("o-11", "PAY", total=1)
     before = orders.get("o-11")
-    message = Message("t-1", "timer", type=timer.event_type,
-                      payload={"state_id": timer.state_id}, due_at=timer.due_at)  # fmt: skip
+    message = Message(
+        "t-1",
+        "timer",
+        type=timer.event_type,
+        payload={"state_id": timer.state_id},
+        due_at=timer.due_at,
+    )
     assert orders.step("o-11", message).outcome == "stale"
     after = orders.get("o-11")
     assert before is not None
@@ -254,9 +263,13 @@ def test_a_due_timer_fires_from_its_message(app: Celery, store_url: str) -> None
     record = orders.stores().snapshots.load("order:o-12")
     data = json.loads(record.snapshot)
     data["deadlines"][0]["due_at_wall"] = time.time() - 1
-    message = Message("t-2", "timer", type=timer.event_type,
-                      payload={"state_id": timer.state_id},
-                      due_at=data["deadlines"][0]["due_at_wall"])  # fmt: skip
+    message = Message(
+        "t-2",
+        "timer",
+        type=timer.event_type,
+        payload={"state_id": timer.state_id},
+        due_at=data["deadlines"][0]["due_at_wall"],
+    )
     orders.stores().snapshots.save("order:o-12", json.dumps(data))
     with captured_facts() as facts:
         assert orders.step("o-12", message).outcome == "applied"
@@ -298,6 +311,7 @@ def test_a_short_timer_is_a_countdown_message(
 ) -> None:
     """A delay within the countdown limit is published with its eta; its row waits a grace
     behind it (for a worker killed holding the countdown) until the timer is applied."""
+
     @app.task(name=f"{app.main}.charge")
     def charge(amount: int) -> int:
         return amount
@@ -322,7 +336,9 @@ def test_a_short_timer_is_a_countdown_message(
 
 
 def test_a_forced_rollback_leaves_no_row_and_sends_nothing(
-    app: Celery, broker: tuple[str, redis_lib.Redis], store_url: str,
+    app: Celery,
+    broker: tuple[str, redis_lib.Redis],
+    store_url: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A failure inside the commit drops the snapshot, outbox row, back-stop row and dispatch."""

@@ -54,9 +54,19 @@ def _nested(depth: int, *, as_list: bool = False) -> Any:
 
 @pytest.mark.parametrize(
     "name",
-    ["", "my orders", " orders", "orders\n", "orders\tv2", "orders\u00a0v2", "shop:orders",
-     "orders\x07", "orders\u200b", "o" * (MAX_WORKFLOW_NAME_LENGTH + 1)],
-)  # fmt: skip
+    [
+        "",
+        "my orders",
+        " orders",
+        "orders\n",
+        "orders\tv2",
+        "orders\u00a0v2",
+        "shop:orders",
+        "orders\x07",
+        "orders\u200b",
+        "o" * (MAX_WORKFLOW_NAME_LENGTH + 1),
+    ],
+)
 def test_a_name_celery_or_the_stores_cannot_use_is_refused(app: Celery, name: str) -> None:
     """Empty, whitespace, ':', control characters or too long: refused with a good example."""
     with pytest.raises(ConfigurationError, match=r"name='orders'"):
@@ -197,8 +207,11 @@ def test_values_json_cannot_carry_are_still_refused(app: Celery) -> None:
 
 
 @settings(max_examples=40, deadline=None)
-@given(depth=st.integers(min_value=0, max_value=3_000), as_list=st.booleans(),
-       via=st.sampled_from(["send", "send_now", "start"]))  # fmt: skip
+@given(
+    depth=st.integers(min_value=0, max_value=3_000),
+    as_list=st.booleans(),
+    via=st.sampled_from(["send", "send_now", "start"]),
+)
 def test_any_nesting_depth_is_accepted_or_refused_never_crashes(
     depth: int, as_list: bool, via: str
 ) -> None:

@@ -198,7 +198,9 @@ def test_an_action_error_keeps_no_secret_of_the_payload(app: Celery) -> None:
         orders.send_now("o-5", "BOOM", card_number=CARD)
     assert CARD not in str(caught.value)
     assert CARD not in str(caught.value.__cause__)
-    result = _run(orders, "o-5", Message("m-5", "event", type="BOOM", payload={"card_number": CARD}))
+    result = _run(
+        orders, "o-5", Message("m-5", "event", type="BOOM", payload={"card_number": CARD})
+    )
     assert result.failed()
     assert CARD not in str(result.result)
     [letter] = _letters(app)
@@ -271,8 +273,12 @@ STUCK_CHART: dict[str, Any] = {
     "initial": "compensating",
     "states": {
         "compensating": {
-            "invoke": {"id": "release", "src": "release", "onDone": "failed",
-                       "onError": "compensationFailed"},
+            "invoke": {
+                "id": "release",
+                "src": "release",
+                "onDone": "failed",
+                "onError": "compensationFailed",
+            },
         },
         "failed": {"type": "final"},
         "compensationFailed": {"type": "final", "tags": ["dead-letter"]},
@@ -294,8 +300,12 @@ def test_a_failed_compensation_is_a_dead_letter_with_its_error_and_attempts(
     undo = Xsm(app).workflow(create_machine(STUCK_CHART, logic=logic), store="memory://")
     view = undo.start("u-1")
     [task_id] = view.waiting_for.values()
-    failure = {"task": release.name, "type": "RuntimeError", "message": "release refused",
-               "attempts": 3}  # fmt: skip
+    failure = {
+        "task": release.name,
+        "type": "RuntimeError",
+        "message": "release refused",
+        "attempts": 3,
+    }
     error = Message(f"error:{task_id}", "error", invoke="release", dispatch=task_id, data=failure)
     with captured_facts() as facts:
         assert undo.step("u-1", error).outcome == "applied"

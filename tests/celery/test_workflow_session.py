@@ -62,8 +62,9 @@ def postgres_store(postgres_url: str) -> Iterator[str]:
 def _tally(store: str, **options: Any) -> Workflow:
     app = Celery(f"tally-{uuid.uuid4().hex[:8]}")
     logic = MachineLogic(actions={"inc": _inc, "boom": _boom})
-    return Xsm(app).workflow(create_machine(CHART, logic=logic), store=store, name="tally",
-                             **options)  # fmt: skip
+    return Xsm(app).workflow(
+        create_machine(CHART, logic=logic), store=store, name="tally", **options
+    )
 
 
 def _event(kind: str = "INC", ident: str | None = None) -> Message:
@@ -163,10 +164,12 @@ def test_a_delivery_committing_elsewhere_is_waited_for_then_a_duplicate(
     other = sa.create_engine(postgres_store)
     try:
         with other.connect() as conn:
-            conn.execute(sa.text(
-                "INSERT INTO xsm_inbox (scope, key, fingerprint, receipt, expires_at) "
-                "VALUES ('tally:k6', 'twice', '', '{}', NULL)"
-            ))  # fmt: skip
+            conn.execute(
+                sa.text(
+                    "INSERT INTO xsm_inbox (scope, key, fingerprint, receipt, expires_at) "
+                    "VALUES ('tally:k6', 'twice', '', '{}', NULL)"
+                )
+            )
             with pytest.raises(LockTimeoutError):
                 tally.step("k6", _event(ident="twice"))
             conn.commit()

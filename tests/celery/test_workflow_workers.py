@@ -42,8 +42,9 @@ def setup(
     services.require("redis")
     services.require(broker_kind)
     workdir: Path = tmp_path_factory.mktemp(f"wf-{broker_kind}")
-    broker = _with_db(services.REDIS_URL, BROKER_DB) if broker_kind == "redis" \
-        else services.RABBITMQ_URL  # fmt: skip
+    broker = (
+        _with_db(services.REDIS_URL, BROKER_DB) if broker_kind == "redis" else services.RABBITMQ_URL
+    )
     backend = _with_db(services.REDIS_URL, BACKEND_DB)
     if store_kind == "postgres":
         services.require("postgres")
@@ -168,8 +169,9 @@ def test_a_step_that_kills_its_worker_every_time_is_dead_lettered(
     store = open_dead_letter_store(cluster.dlq_url)
     [record] = wait_for(
         lambda: [r for r in store.list(limit=200) if r.task_args and r.task_args[0] == key],
-        90, "the crashing step's dead letter",
-    )  # fmt: skip
+        90,
+        "the crashing step's dead letter",
+    )
     assert record.reason == "worker_lost"
     assert record.attempts == 2
     assert [e["type"] for e in record.errors] == ["WorkerLost", "WorkerLost"]
@@ -204,9 +206,7 @@ def test_a_long_timer_fires_through_beat(cluster: Cluster, producer: Celery) -> 
     wait_for(lambda: _value(long, key) == "expired", 40, "Beat to fire the timer")
 
 
-def test_a_task_step_on_a_worker_completes_the_instance(
-    cluster: Cluster, producer: Celery
-) -> None:
+def test_a_task_step_on_a_worker_completes_the_instance(cluster: Cluster, producer: Celery) -> None:
     """charge runs on the worker; its result and its failure come back as workflow events."""
     orders = _workflows(producer)["orders"]
     cluster.start_worker("c")
@@ -252,8 +252,14 @@ def test_a_saga_compensates_in_reverse_across_a_worker_kill(
     assert view is not None
     assert view.context["compensated"] == ["charge", "reserve"]
     runs = [r.decode() for r in client.lrange(f"{prefix}:order", 0, -1)]
-    assert runs == ["reserve_stock", "charge_card", "ship_parcel", "refund_card", "refund_card",
-                    "release_stock"]  # fmt: skip
+    assert runs == [
+        "reserve_stock",
+        "charge_card",
+        "ship_parcel",
+        "refund_card",
+        "refund_card",
+        "release_stock",
+    ]
 
 
 def test_a_stuck_compensation_is_a_dead_letter(cluster: Cluster, producer: Celery) -> None:
@@ -268,8 +274,9 @@ def test_a_stuck_compensation_is_a_dead_letter(cluster: Cluster, producer: Celer
     store = open_dead_letter_store(cluster.dlq_url)
     records = wait_for(
         lambda: [r for r in store.list(limit=100) if r.topic == f"workflow:fulfil:{order}"],
-        30, "the dead letter",
-    )  # fmt: skip
+        30,
+        "the dead letter",
+    )
     assert records[0].state_id == "fulfil.compensationFailed"
     assert records[0].reason == "dead_letter_state"
     assert "ConnectionError" in json.dumps(records[0].snapshot)
@@ -296,8 +303,9 @@ def test_a_failing_step_is_retried_then_dead_lettered_and_replayed(
     store = open_dead_letter_store(cluster.dlq_url)
     [record] = wait_for(
         lambda: [r for r in store.list(limit=200) if r.task_args and r.task_args[0] == key],
-        60, "the step's dead letter",
-    )  # fmt: skip
+        60,
+        "the step's dead letter",
+    )
     assert record.task_name == "xsm.workflow.orders"
     assert record.reason == "task_exhausted"
     assert record.attempts == 2
@@ -334,10 +342,15 @@ def test_a_chart_task_step_reports_only_when_it_gives_up(
     assert view.context["error"] == "ValueError"
     store = open_dead_letter_store(cluster.dlq_url)
     [letter] = wait_for(
-        lambda: [r for r in store.list(limit=200) if r.task_name == "wf_tests.chart_charge"
-                 and r.event.get("payload", {}).get("key") == key],
-        30, "the chart task's dead letter",
-    )  # fmt: skip
+        lambda: [
+            r
+            for r in store.list(limit=200)
+            if r.task_name == "wf_tests.chart_charge"
+            and r.event.get("payload", {}).get("key") == key
+        ],
+        30,
+        "the chart task's dead letter",
+    )
     payload = letter.event["payload"]
     assert (payload["workflow"], payload["key"]) == ("chartpay", key)
     # The step's completion callback is kept, so a replay still reports to the instance.

@@ -74,9 +74,27 @@ class Cluster:
     def start_worker(self, name: str, pool: str = "prefork") -> subprocess.Popen[bytes]:
         """A worker on this cluster's queue; returns once it answers a ping."""
         log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - lives with the process
-        args = [sys.executable, "-m", "celery", "-A", self.app, "worker", "-P", pool, "-c", "1",
-                "-n", f"{name}.{self.queue}@%h", "-Q", self.queue, "-l", "INFO",
-                "--without-gossip", "--without-mingle", "--without-heartbeat"]  # fmt: skip
+        args = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            self.app,
+            "worker",
+            "-P",
+            pool,
+            "-c",
+            "1",
+            "-n",
+            f"{name}.{self.queue}@%h",
+            "-Q",
+            self.queue,
+            "-l",
+            "INFO",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ]
         proc = subprocess.Popen(args, cwd=self.workdir, env=self.env(), stdout=log, stderr=log)
         self.procs.append(proc)
         self._wait_ready(name, proc)
@@ -85,8 +103,20 @@ class Cluster:
     def start_beat(self) -> subprocess.Popen[bytes]:
         """A Beat process running the app's schedule (the timer scan every 0.25 s)."""
         log = open(self.workdir / "beat.log", "ab")  # noqa: SIM115 - lives with the process
-        args = [sys.executable, "-m", "celery", "-A", self.app, "beat", "-l", "INFO",
-                "-s", str(self.workdir / "beat-schedule"), "--max-interval", "1"]  # fmt: skip
+        args = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            self.app,
+            "beat",
+            "-l",
+            "INFO",
+            "-s",
+            str(self.workdir / "beat-schedule"),
+            "--max-interval",
+            "1",
+        ]
         proc = subprocess.Popen(args, cwd=self.workdir, env=self.env(), stdout=log, stderr=log)
         self.procs.append(proc)
         return proc

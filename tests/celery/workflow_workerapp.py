@@ -90,7 +90,8 @@ def charge(amount: int) -> dict[str, int]:
 
 policy = RetryPolicy(max_attempts=2, base_ms=50)
 orders = xsm.workflow(
-    order_machine(charge, slow=slow, explode=explode, crash=crash), name="orders",
+    order_machine(charge, slow=slow, explode=explode, crash=crash),
+    name="orders",
     retry_policy=policy,
 )
 short = xsm.workflow(order_machine(charge, timeout_ms=1_500), name="short")
@@ -166,8 +167,13 @@ def fulfil_machine() -> Any:
     def order(ctx: dict[str, Any], event: Any) -> list[Any]:
         return [ctx.get("input") or {}]
 
-    tasks = {"reserveStock": reserve_stock, "releaseStock": release_stock,
-             "chargeCard": charge_card, "refundCard": refund_card, "shipParcel": ship_parcel}
+    tasks = {
+        "reserveStock": reserve_stock,
+        "releaseStock": release_stock,
+        "chargeCard": charge_card,
+        "refundCard": refund_card,
+        "shipParcel": ship_parcel,
+    }
     services = {name: celery_service(task, args=order) for name, task in tasks.items()}
     return create_machine(saga.build(), logic=saga.logic().merge(MachineLogic(services=services)))
 

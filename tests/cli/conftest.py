@@ -40,12 +40,25 @@ def seeded(tmp_path: Path) -> Iterator[Seeded]:
     now = time.time()
     task = make_record(taken_at=now - 10, task_kwargs={"card_token": "tok_live_9", "amount": 5})
     envelope = make_record(
-        taken_at=now - 20, reason="max_attempts", machine_id="order", state_id="order.paying",
+        taken_at=now - 20,
+        reason="max_attempts",
+        machine_id="order",
+        state_id="order.paying",
         envelope={"id": "e-1", "type": "xsm.order.PAY", "subject": "o-1", "data": {"n": 1}},
-        topic="orders", task_name=None, task_id=None, task_args=None, task_kwargs=None,
+        topic="orders",
+        task_name=None,
+        task_id=None,
+        task_args=None,
+        task_kwargs=None,
     )
-    chart = make_record(taken_at=now - 30, reason="dead_letter_state", task_name=None,
-                        task_id=None, task_args=None, task_kwargs=None)
+    chart = make_record(
+        taken_at=now - 30,
+        reason="dead_letter_state",
+        task_name=None,
+        task_id=None,
+        task_args=None,
+        task_kwargs=None,
+    )
     resolved = make_record(taken_at=now - 40, resolved_at=now - 5)
     old = make_record(taken_at=now - 90 * 86_400, task_id="t-old")
     for record in (task, envelope, chart, resolved, old):

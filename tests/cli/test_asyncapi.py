@@ -24,8 +24,15 @@ CHART = ROOT / "tests" / "cli" / "order_events.json"
 def run(*args: str, pythonpath: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run the console script as a real process."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (pythonpath, str(ROOT)) if p)}
-    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=60, check=False)  # fmt: skip
+    return subprocess.run(
+        [str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
 
 
 def error_line(done: subprocess.CompletedProcess[str] | Any) -> str:
@@ -41,8 +48,17 @@ def error_line(done: subprocess.CompletedProcess[str] | Any) -> str:
 def test_writes_a_valid_document_and_exits_0(tmp_path: Path) -> None:
     """The seed's command line writes a document that validates, with the server named."""
     out = tmp_path / "asyncapi.json"
-    done = run("asyncapi", str(CHART), "-o", str(out), "--server", "localhost:9092",
-               "--protocol", "kafka", "--validate")  # fmt: skip
+    done = run(
+        "asyncapi",
+        str(CHART),
+        "-o",
+        str(out),
+        "--server",
+        "localhost:9092",
+        "--protocol",
+        "kafka",
+        "--validate",
+    )
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     assert "wrote" in done.stdout
@@ -51,7 +67,10 @@ def test_writes_a_valid_document_and_exits_0(tmp_path: Path) -> None:
     assert doc["servers"]["default"] == {"host": "localhost:9092", "protocol": "kafka"}
     assert doc["asyncapi"] == "3.0.0"
     assert list(doc["channels"]["inbound"]["messages"]) == ["xsm.order.PAY"]
-    assert set(doc["channels"]["outbound"]["messages"]) == {"order.paid", "xsm.order.transition.paid"}
+    assert set(doc["channels"]["outbound"]["messages"]) == {
+        "order.paid",
+        "xsm.order.transition.paid",
+    }
     assert "1 consumed, 2 published" in done.stdout
     validate_asyncapi(doc)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
@@ -72,7 +91,9 @@ def test_validate_without_jsonschema_exits_2_naming_the_fix(tmp_path: Path) -> N
     """With jsonschema not importable, --validate is refused in one line; nothing is written."""
     shadow = tmp_path / "shadow" / "jsonschema"
     shadow.mkdir(parents=True)
-    (shadow / "__init__.py").write_text("raise ImportError('hidden for the test', name='jsonschema')\n")
+    (shadow / "__init__.py").write_text(
+        "raise ImportError('hidden for the test', name='jsonschema')\n"
+    )
     out = tmp_path / "asyncapi.json"
     done = run("asyncapi", str(CHART), "-o", str(out), "--validate", pythonpath=str(shadow.parent))
     assert done.returncode == 2
@@ -90,10 +111,16 @@ def test_validate_without_jsonschema_exits_2_naming_the_fix(tmp_path: Path) -> N
     [
         (["asyncapi", "missing.json"], "cannot load machine 'missing.json': no such file"),
         (["asyncapi", str(CHART), "--server", ""], "--server must not be empty"),
-        (["asyncapi", str(CHART), "--server", "h", "--protocol", " "], "--protocol must not be empty"),
+        (
+            ["asyncapi", str(CHART), "--server", "h", "--protocol", " "],
+            "--protocol must not be empty",
+        ),
         (["asyncapi", str(CHART), "--server", "h"], "--server needs --protocol"),
         (["asyncapi", str(CHART), "--protocol", "kafka"], "--protocol needs --server"),
-        (["asyncapi", str(CHART), "-o", "/nonexistent-dir/x.json"], "cannot write '/nonexistent-dir/x.json'"),
+        (
+            ["asyncapi", str(CHART), "-o", "/nonexistent-dir/x.json"],
+            "cannot write '/nonexistent-dir/x.json'",
+        ),
         (["asyncapi"], "Missing argument 'CHART'"),
     ],
 )
@@ -106,8 +133,11 @@ def test_refused_input_exits_2_with_one_line(args: list[str], message: str) -> N
 
 def test_an_invalid_chart_is_refused(invoke: Invoke, tmp_path: Path) -> None:
     """A chart that does not load (bad JSON, bad shape, bad meta.publish) exits 2."""
-    for text in ("{not json", '{"id": "x"}',
-                 '{"id": "x", "initial": "a", "states": {"a": {"on": {"GO": {"meta": {"publish": 5}}}}}}'):  # fmt: skip
+    for text in (
+        "{not json",
+        '{"id": "x"}',
+        '{"id": "x", "initial": "a", "states": {"a": {"on": {"GO": {"meta": {"publish": 5}}}}}}',
+    ):
         path = tmp_path / "bad.json"
         path.write_text(text)
         result = invoke("asyncapi", str(path))
@@ -142,7 +172,9 @@ def test_an_invalid_document_exits_1_and_writes_nothing(
 def test_the_command_runs_inside_celery(tmp_path: Path) -> None:
     """``celery -A proj xsm asyncapi`` is the same command."""
     out = tmp_path / "doc.json"
-    result = CliRunner().invoke(celery_main, ["-A", "tests.cli.proj:app", "xsm", "asyncapi",
-                                              str(CHART), "-o", str(out), "--validate"])  # fmt: skip
+    result = CliRunner().invoke(
+        celery_main,
+        ["-A", "tests.cli.proj:app", "xsm", "asyncapi", str(CHART), "-o", str(out), "--validate"],
+    )
     assert result.exit_code == 0, result.output
     validate_asyncapi(json.loads(out.read_text(encoding="utf-8")))

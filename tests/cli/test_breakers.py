@@ -82,9 +82,17 @@ def test_reset_closes_the_breaker_for_the_fleet_and_is_audited(
 ) -> None:
     """The reset breaker is closed for every worker and the audit trail says who and why."""
     result = run(
-        fleet, "--dlq", audit_url, "reset", "breaker:payments",
-        "--reason", "provider is back", "--yes", "--actor", "ops-alice",
-    )  # fmt: skip
+        fleet,
+        "--dlq",
+        audit_url,
+        "reset",
+        "breaker:payments",
+        "--reason",
+        "provider is back",
+        "--yes",
+        "--actor",
+        "ops-alice",
+    )
     assert result.exit_code == 0, result.output
     state = FleetBreaker(fleet, "payments", check_interval_ms=0, failure_threshold=1).state()
     assert state["state"] == "closed"

@@ -60,8 +60,9 @@ def test_list_reads_the_store_from_the_app_settings(configured: DeadLetter) -> N
 
 def test_replay_uses_the_app_celery_loaded(configured: DeadLetter) -> None:
     """A task replay needs no --app inside celery: it sends through the -A app."""
-    result = run_celery("xsm", "dlq", "replay", configured.id, "--no-dry-run", "--yes",
-                        "--reason", "upstream fixed")
+    result = run_celery(
+        "xsm", "dlq", "replay", configured.id, "--no-dry-run", "--yes", "--reason", "upstream fixed"
+    )
     assert result.exit_code == 0, result.output
     [message] = drain()
     assert message.headers["task"] == proj.TASK_NAME
@@ -89,9 +90,21 @@ def test_the_installed_celery_command_runs_it(tmp_path: Path) -> None:
     open_dead_letter_store(url).put(record)
     env = {**os.environ, "XSM_TEST_DLQ": url, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [str(Path(sys.executable).parent / "celery"), "-A", "tests.cli.proj", "xsm", "dlq",
-         "list", "--json"],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=60, check=False,
+        [
+            str(Path(sys.executable).parent / "celery"),
+            "-A",
+            "tests.cli.proj",
+            "xsm",
+            "dlq",
+            "list",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["dead_letters"][0]["id"] == record.id

@@ -28,9 +28,19 @@ SOCKET = {
                 "onError": {"target": "reconnecting", "actions": "retryBump"},
             }
         },
-        "connected": {"on": {"DROPPED": {"target": "reconnecting", "actions": "retryBump"}, "DISCONNECT": "disconnected"}},
+        "connected": {
+            "on": {
+                "DROPPED": {"target": "reconnecting", "actions": "retryBump"},
+                "DISCONNECT": "disconnected",
+            }
+        },
         "reconnecting": {
-            "after": {"retryDelay": [{"guard": "retryCanRetry", "target": "connecting"}, {"target": "failed"}]},
+            "after": {
+                "retryDelay": [
+                    {"guard": "retryCanRetry", "target": "connecting"},
+                    {"target": "failed"},
+                ]
+            },
             "on": {"DISCONNECT": "disconnected"},
         },
         "failed": {"on": {"CONNECT": "connecting"}, "tags": ["dead-letter"]},
@@ -67,10 +77,15 @@ def test_diagram_writes_mermaid_and_svg(invoke: Invoke, socket_chart: str, tmp_p
     result = invoke("diagram", socket_chart, "--format", "mermaid")
     assert result.exit_code == 0, result.output
     assert result.output.startswith("stateDiagram-v2\n")
-    assert "socket_reconnecting --> socket_connecting : after retryDelay [retryCanRetry]" in result.output
+    assert (
+        "socket_reconnecting --> socket_connecting : after retryDelay [retryCanRetry]"
+        in result.output
+    )
     assert "socket_connecting --> socket_connected : onDone / retryReset" in result.output
     out = tmp_path / "chart.svg"
-    result = invoke("diagram", socket_chart, "--format", "svg", "--marked", "socket.failed", "-o", str(out))
+    result = invoke(
+        "diagram", socket_chart, "--format", "svg", "--marked", "socket.failed", "-o", str(out)
+    )
     assert result.exit_code == 0, result.output
     svg = out.read_text()
     assert svg.startswith("<svg")
@@ -83,28 +98,41 @@ def test_simulate_prints_each_step_with_stub_logic(invoke: Invoke, socket_chart:
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert [line.split("->")[1].split()[0] for line in lines[:4]] == [
-        "socket.disconnected", "socket.connected", "socket.reconnecting", "socket.disconnected",
+        "socket.disconnected",
+        "socket.connected",
+        "socket.reconnecting",
+        "socket.disconnected",
     ]
     assert lines[-1] == "# -> socket.disconnected"
     assert "UnresolvedDelayError" in lines[2]
 
 
-def test_simulate_with_logic_uses_it(invoke: Invoke, socket_chart: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_simulate_with_logic_uses_it(
+    invoke: Invoke, socket_chart: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """--logic MODULE supplies real logic: the bump action runs and the JSON lines show it."""
     (tmp_path / "socket_logic.py").write_text(
         "from xsm_celery import MachineLogic\n"
         "logic = MachineLogic(actions={'retryBump': lambda i, c, e, a: c.update(attempt=c['attempt'] + 1)})\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    result = invoke("simulate", socket_chart, "--events", "CONNECT,DROPPED", "--logic", "socket_logic", "--json")
+    result = invoke(
+        "simulate", socket_chart, "--events", "CONNECT,DROPPED", "--logic", "socket_logic", "--json"
+    )
     assert result.exit_code == 0, result.output
     steps = [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
     assert [s["context"]["attempt"] for s in steps] == [0, 0, 1]
 
 
-def test_validate_lists_every_problem_with_its_path_and_exits_2(invoke: Invoke, tmp_path: Path) -> None:
+def test_validate_lists_every_problem_with_its_path_and_exits_2(
+    invoke: Invoke, tmp_path: Path
+) -> None:
     """Two structural problems and an unknown key under --strict are all reported, exit 2."""
-    bad = {"id": "m", "initial": "a", "states": {"a": {"on": {"GO": "nowhere"}, "colour": "red"}, "b": {"type": "weird"}}}
+    bad = {
+        "id": "m",
+        "initial": "a",
+        "states": {"a": {"on": {"GO": "nowhere"}, "colour": "red"}, "b": {"type": "weird"}},
+    }
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(bad))
     result = invoke("validate", str(path))
@@ -118,7 +146,9 @@ def test_validate_lists_every_problem_with_its_path_and_exits_2(invoke: Invoke, 
     assert "3 problem(s)" in strict.output
 
 
-def test_validate_passes_a_good_chart_and_refuses_an_unreadable_one(invoke: Invoke, socket_chart: str, tmp_path: Path) -> None:
+def test_validate_passes_a_good_chart_and_refuses_an_unreadable_one(
+    invoke: Invoke, socket_chart: str, tmp_path: Path
+) -> None:
     """A valid chart exits 0; a missing file is a one-line error with exit 2."""
     assert invoke("validate", socket_chart).exit_code == 0
     missing = invoke("validate", str(tmp_path / "nope.json"))
@@ -140,7 +170,9 @@ def test_docs_writes_a_markdown_page(invoke: Invoke, socket_chart: str) -> None:
 
 def test_chart_tools_run_under_celery_xsm(socket_chart: str) -> None:
     """celery -A proj xsm inspect|diagram|... are the same commands."""
-    result = CliRunner().invoke(celery_main, ["-A", "tests.cli.proj:app", "xsm", "diagram", socket_chart])
+    result = CliRunner().invoke(
+        celery_main, ["-A", "tests.cli.proj:app", "xsm", "diagram", socket_chart]
+    )
     assert result.exit_code == 0, result.output
     assert "stateDiagram-v2" in result.output
 
@@ -155,7 +187,14 @@ def test_to_mermaid_draws_nesting_parallel_history_and_finals() -> None:
                 "p": {
                     "type": "parallel",
                     "states": {
-                        "r1": {"initial": "a", "states": {"a": {"on": {"GO": {"target": "b", "guard": "ok"}}}, "b": {"type": "final"}, "h": {"type": "history", "history": "deep"}}},
+                        "r1": {
+                            "initial": "a",
+                            "states": {
+                                "a": {"on": {"GO": {"target": "b", "guard": "ok"}}},
+                                "b": {"type": "final"},
+                                "h": {"type": "history", "history": "deep"},
+                            },
+                        },
                         "r2": {"initial": "x", "states": {"x": {}}},
                     },
                 },

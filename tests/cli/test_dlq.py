@@ -33,8 +33,10 @@ class TestList:
         """The table has every unresolved id, newest first, and leaves resolved ones out."""
         result = invoke("dlq", "--dlq", seeded.url, "list")
         assert result.exit_code == 0, result.output
-        positions = [result.stdout.index(r.id) for r in (seeded.task, seeded.envelope,
-                                                          seeded.chart, seeded.old)]
+        positions = [
+            result.stdout.index(r.id)
+            for r in (seeded.task, seeded.envelope, seeded.chart, seeded.old)
+        ]
         assert positions == sorted(positions)
         assert seeded.resolved.id not in result.stdout
         assert "dead letters (4)" in result.stdout
@@ -57,7 +59,9 @@ class TestList:
 
     def test_limit_caps_the_list(self, invoke: Invoke, seeded: Seeded) -> None:
         """--limit 2 returns the two newest records."""
-        data = json.loads(invoke("dlq", "--dlq", seeded.url, "list", "--limit", "2", "--json").stdout)
+        data = json.loads(
+            invoke("dlq", "--dlq", seeded.url, "list", "--limit", "2", "--json").stdout
+        )
         assert [r["id"] for r in data["dead_letters"]] == [seeded.task.id, seeded.envelope.id]
 
     @pytest.mark.parametrize("limit", ["0", "-3"])
@@ -80,12 +84,21 @@ class TestList:
 class TestShow:
     """dlq show."""
 
-    def test_shows_the_error_chain_and_redacted_arguments(self, invoke: Invoke, seeded: Seeded) -> None:
+    def test_shows_the_error_chain_and_redacted_arguments(
+        self, invoke: Invoke, seeded: Seeded
+    ) -> None:
         """The detail view has the fields, every error of the chain and masked secrets."""
         result = invoke("dlq", "--dlq", seeded.url, "show", seeded.task.id)
         assert result.exit_code == 0, result.output
-        for text in (seeded.task.id, "shop.charge", "TimeoutError", "ValueError", "bad 7",
-                     "Error chain (oldest first)", "card_token"):
+        for text in (
+            seeded.task.id,
+            "shop.charge",
+            "TimeoutError",
+            "ValueError",
+            "bad 7",
+            "Error chain (oldest first)",
+            "card_token",
+        ):
             assert text in result.stdout
         assert "tok_live_9" not in result.stdout
         assert result.stdout.index("TimeoutError") < result.stdout.index("ValueError")
@@ -104,8 +117,18 @@ class TestShow:
 
     def test_the_audit_trail_is_shown(self, invoke: Invoke, seeded: Seeded) -> None:
         """After a resolve, show lists the audit row with actor and reason."""
-        invoke("dlq", "--dlq", seeded.url, "resolve", seeded.chart.id, "--yes",
-               "--reason", "fixed by hand", "--actor", "ana")
+        invoke(
+            "dlq",
+            "--dlq",
+            seeded.url,
+            "resolve",
+            seeded.chart.id,
+            "--yes",
+            "--reason",
+            "fixed by hand",
+            "--actor",
+            "ana",
+        )
         result = invoke("dlq", "--dlq", seeded.url, "show", seeded.chart.id)
         assert "Audit" in result.stdout
         assert "fixed by hand" in result.stdout
@@ -115,7 +138,9 @@ class TestShow:
 class TestStoreRefusals:
     """Every way to name a store that cannot be used exits 2 and creates nothing."""
 
-    def test_a_missing_sqlite_file_exits_2_and_is_not_created(self, invoke: Invoke, tmp_path: Path) -> None:
+    def test_a_missing_sqlite_file_exits_2_and_is_not_created(
+        self, invoke: Invoke, tmp_path: Path
+    ) -> None:
         """A typo in --dlq never creates an empty store that reports no dead letters."""
         path = tmp_path / "typo.db"
         result = invoke("dlq", "--dlq", f"sqlite:///{path}", "list", "--json")
@@ -158,21 +183,26 @@ class TestStoreRefusals:
         assert result.exit_code == 2
         assert "pass --dlq URL" in one_error_line(result)
 
-    def test_the_store_can_come_from_the_environment(self, invoke: Invoke, seeded: Seeded,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_the_store_can_come_from_the_environment(
+        self, invoke: Invoke, seeded: Seeded, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         """XSM_DLQ stands in for --dlq."""
         monkeypatch.setenv("XSM_DLQ", seeded.url)
         result = invoke("dlq", "list", "--json")
         assert result.exit_code == 0
         assert json.loads(result.stdout)["count"] == 4
 
-    def test_an_unknown_option_is_one_line_and_exits_2(self, invoke: Invoke, seeded: Seeded) -> None:
+    def test_an_unknown_option_is_one_line_and_exits_2(
+        self, invoke: Invoke, seeded: Seeded
+    ) -> None:
         """Click's usage errors are one line too, so scripts can log them."""
         result = invoke("dlq", "--dlq", seeded.url, "list", "--bogus")
         assert result.exit_code == 2
         assert "--bogus" in one_error_line(result)
 
-    def test_an_unknown_command_is_one_line_and_exits_2(self, invoke: Invoke, seeded: Seeded) -> None:
+    def test_an_unknown_command_is_one_line_and_exits_2(
+        self, invoke: Invoke, seeded: Seeded
+    ) -> None:
         """A misspelt sub-command is refused on one line."""
         result = invoke("dlq", "--dlq", seeded.url, "lst")
         assert result.exit_code == 2
@@ -184,9 +214,21 @@ class TestPurge:
 
     def test_purges_only_older_records_and_audits(self, invoke: Invoke, seeded: Seeded) -> None:
         """--older-than 30d --include-unresolved deletes the 90-day-old record and audits it."""
-        result = invoke("dlq", "--dlq", seeded.url, "purge", "--older-than", "30d", "--yes",
-                        "--reason", "retention", "--actor", "ops", "--include-unresolved",
-                        "--json")  # fmt: skip
+        result = invoke(
+            "dlq",
+            "--dlq",
+            seeded.url,
+            "purge",
+            "--older-than",
+            "30d",
+            "--yes",
+            "--reason",
+            "retention",
+            "--actor",
+            "ops",
+            "--include-unresolved",
+            "--json",
+        )
         assert result.exit_code == 0, result.output
         assert json.loads(result.stdout) == {"deleted": 1}
         assert seeded.store.get(seeded.old.id) is None
@@ -202,15 +244,26 @@ class TestPurge:
         resolved = {r.id for r in everything if r.resolved_at is not None}
         unresolved = {r.id for r in everything} - resolved
         time.sleep(0.01)
-        result = invoke("dlq", "--dlq", seeded.url, "purge", "--older-than", "0s", "--yes",
-                        "--reason", "retention", "--json")  # fmt: skip
+        result = invoke(
+            "dlq",
+            "--dlq",
+            seeded.url,
+            "purge",
+            "--older-than",
+            "0s",
+            "--yes",
+            "--reason",
+            "retention",
+            "--json",
+        )
         assert result.exit_code == 0, result.output
         assert json.loads(result.stdout) == {"deleted": len(resolved)}
         assert seeded.chart.id in resolved
         left = {r.id for r in seeded.store.list(include_resolved=True, limit=100)}
         assert left == unresolved
         assert seeded.store.audit_log()[0]["outcome"] == (
-            f"deleted {len(resolved)} resolved record(s) older than 0s")
+            f"deleted {len(resolved)} resolved record(s) older than 0s"
+        )
 
     def test_a_huge_limit_is_one_line_and_exit_2(self, invoke: Invoke, seeded: Seeded) -> None:
         """``--limit 10**30`` is refused on one line with exit 2, not a traceback."""
@@ -227,8 +280,17 @@ class TestPurge:
 
     def test_purge_by_id(self, invoke: Invoke, seeded: Seeded) -> None:
         """--id deletes exactly that record and audits it under its id."""
-        result = invoke("dlq", "--dlq", seeded.url, "purge", "--id", seeded.chart.id, "--yes",
-                        "--reason", "handled")
+        result = invoke(
+            "dlq",
+            "--dlq",
+            seeded.url,
+            "purge",
+            "--id",
+            seeded.chart.id,
+            "--yes",
+            "--reason",
+            "handled",
+        )
         assert result.exit_code == 0
         assert "purged 1 dead letter(s)" in result.stdout
         assert seeded.store.get(seeded.chart.id) is None
@@ -248,8 +310,9 @@ class TestPurge:
             (["--id", "no-such-id", "--yes", "--reason", "r"], "no dead letter"),
         ],
     )
-    def test_refused_purges_exit_2_and_delete_nothing(self, invoke: Invoke, seeded: Seeded,
-                                                      args: list[str], message: str) -> None:
+    def test_refused_purges_exit_2_and_delete_nothing(
+        self, invoke: Invoke, seeded: Seeded, args: list[str], message: str
+    ) -> None:
         """A purge without its guard rails, or with a bad age or id, changes nothing."""
         result = invoke("dlq", "--dlq", seeded.url, "purge", *args)
         assert result.exit_code == 2
@@ -263,21 +326,40 @@ class TestResolve:
 
     def test_resolves_and_audits(self, invoke: Invoke, seeded: Seeded) -> None:
         """resolve marks the record resolved and writes who and why."""
-        result = invoke("dlq", "--dlq", seeded.url, "resolve", seeded.chart.id, "--yes",
-                        "--reason", "refunded by hand", "--actor", "ana")
+        result = invoke(
+            "dlq",
+            "--dlq",
+            seeded.url,
+            "resolve",
+            seeded.chart.id,
+            "--yes",
+            "--reason",
+            "refunded by hand",
+            "--actor",
+            "ana",
+        )
         assert result.exit_code == 0
         record = seeded.store.get(seeded.chart.id)
         assert record is not None
         assert record.resolved_at is not None
         [entry] = seeded.store.audit_log(seeded.chart.id)
         assert (entry["action"], entry["actor"], entry["reason"], entry["outcome"]) == (
-            "resolve", "ana", "refunded by hand", "resolved")
+            "resolve",
+            "ana",
+            "refunded by hand",
+            "resolved",
+        )
 
-    @pytest.mark.parametrize(("args", "message"), [
-        (["--reason", "r"], "without --yes"),
-        (["--yes"], "needs --reason"),
-    ])
-    def test_guard_rails(self, invoke: Invoke, seeded: Seeded, args: list[str], message: str) -> None:
+    @pytest.mark.parametrize(
+        ("args", "message"),
+        [
+            (["--reason", "r"], "without --yes"),
+            (["--yes"], "needs --reason"),
+        ],
+    )
+    def test_guard_rails(
+        self, invoke: Invoke, seeded: Seeded, args: list[str], message: str
+    ) -> None:
         """resolve without --yes or --reason exits 2 and leaves the record open."""
         result = invoke("dlq", "--dlq", seeded.url, "resolve", seeded.chart.id, *args)
         assert result.exit_code == 2
@@ -305,10 +387,19 @@ def test_list_and_show_on_postgres(invoke: Invoke, pg_schema_url: str) -> None:
     assert json.loads(shown.stdout)["task_name"] == "shop.charge"
 
 
-@pytest.mark.parametrize(("text", "seconds"), [
-    ("90s", 90), ("15m", 900), ("12h", 43_200), ("30d", 2_592_000), ("2w", 1_209_600),
-    ("1.5h", 5_400), (" 7d ", 604_800), ("0s", 0),
-])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("90s", 90),
+        ("15m", 900),
+        ("12h", 43_200),
+        ("30d", 2_592_000),
+        ("2w", 1_209_600),
+        ("1.5h", 5_400),
+        (" 7d ", 604_800),
+        ("0s", 0),
+    ],
+)
 def test_parse_age(text: str, seconds: float) -> None:
     """Ages are a number and a unit (s, m, h, d, w)."""
     assert parse_age(text) == seconds

@@ -16,9 +16,12 @@ from xsm_celery.patterns.dead_letter import DeadLetter
 @pytest.fixture
 def task_step(seeded: Seeded) -> DeadLetter:
     """A task step's give-up: its event payload names workflow ``order`` and key ``o-42``."""
-    record = make_record(task_name="shop.charge", task_args=[7], task_kwargs={},
-                         event={"type": "error.platform.work",
-                                "payload": {"workflow": "order", "key": "o-42"}})  # fmt: skip
+    record = make_record(
+        task_name="shop.charge",
+        task_args=[7],
+        task_kwargs={},
+        event={"type": "error.platform.work", "payload": {"workflow": "order", "key": "o-42"}},
+    )
     seeded.store.put(record)
     return record
 
@@ -27,8 +30,12 @@ def task_step(seeded: Seeded) -> DeadLetter:
 def step_message(seeded: Seeded) -> DeadLetter:
     """A step message that failed for good: ``xsm.workflow.order`` with ``[key, message]``."""
     message = {"id": "m-9", "kind": "event", "type": "SHIP"}
-    record = make_record(task_name="xsm.workflow.order", task_args=["o-43", message],
-                         task_kwargs={}, event={"type": "SHIP", "payload": {}})  # fmt: skip
+    record = make_record(
+        task_name="xsm.workflow.order",
+        task_args=["o-43", message],
+        task_kwargs={},
+        event={"type": "SHIP", "payload": {}},
+    )
     seeded.store.put(record)
     return record
 

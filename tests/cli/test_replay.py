@@ -46,8 +46,9 @@ def replay(invoke: Invoke, seeded: Seeded, record_id: str, *args: str) -> Any:
 class TestTaskReplay:
     """Task dead letters replay through the Celery app."""
 
-    def test_a_dry_run_is_the_default_and_changes_nothing(self, invoke: Invoke, seeded: Seeded,
-                                                         task_record: DeadLetter) -> None:
+    def test_a_dry_run_is_the_default_and_changes_nothing(
+        self, invoke: Invoke, seeded: Seeded, task_record: DeadLetter
+    ) -> None:
         """Without --no-dry-run nothing is sent, resolved or audited, and the exit is 0."""
         result = replay(invoke, seeded, task_record.id)
         assert result.exit_code == 0, result.output
@@ -57,11 +58,22 @@ class TestTaskReplay:
         assert seeded.store.get(task_record.id).resolved_at is None  # type: ignore[union-attr]
         assert seeded.store.audit_log(task_record.id) == []
 
-    def test_a_real_replay_sends_the_task_resolves_and_audits(self, invoke: Invoke, seeded: Seeded,
-                                                             task_record: DeadLetter) -> None:
+    def test_a_real_replay_sends_the_task_resolves_and_audits(
+        self, invoke: Invoke, seeded: Seeded, task_record: DeadLetter
+    ) -> None:
         """--no-dry-run --yes --reason sends the original arguments with a new task id."""
-        result = replay(invoke, seeded, task_record.id, "--no-dry-run", "--yes", "--reason",
-                        "card processor fixed", "--actor", "ana", "--json")
+        result = replay(
+            invoke,
+            seeded,
+            task_record.id,
+            "--no-dry-run",
+            "--yes",
+            "--reason",
+            "card processor fixed",
+            "--actor",
+            "ana",
+            "--json",
+        )
         assert result.exit_code == 0, result.output
         data = json.loads(result.stdout)
         assert (data["dry_run"], data["task_name"]) == (False, proj.TASK_NAME)
@@ -73,16 +85,22 @@ class TestTaskReplay:
         assert seeded.store.get(task_record.id).resolved_at is not None  # type: ignore[union-attr]
         [entry] = seeded.store.audit_log(task_record.id)
         assert (entry["action"], entry["actor"], entry["reason"]) == (
-            "replay", "ana", "card processor fixed")
+            "replay",
+            "ana",
+            "card processor fixed",
+        )
 
-    @pytest.mark.parametrize(("args", "message"), [
-        (["--no-dry-run", "--reason", "r"], "without --yes"),
-        (["--no-dry-run", "--yes"], "needs --reason"),
-        (["--no-dry-run", "--yes", "--reason", " "], "needs --reason"),
-    ])
-    def test_guard_rails_exit_2_and_send_nothing(self, invoke: Invoke, seeded: Seeded,
-                                                 task_record: DeadLetter, args: list[str],
-                                                 message: str) -> None:
+    @pytest.mark.parametrize(
+        ("args", "message"),
+        [
+            (["--no-dry-run", "--reason", "r"], "without --yes"),
+            (["--no-dry-run", "--yes"], "needs --reason"),
+            (["--no-dry-run", "--yes", "--reason", " "], "needs --reason"),
+        ],
+    )
+    def test_guard_rails_exit_2_and_send_nothing(
+        self, invoke: Invoke, seeded: Seeded, task_record: DeadLetter, args: list[str], message: str
+    ) -> None:
         """A real replay without --yes and a reason is refused before anything is sent."""
         result = replay(invoke, seeded, task_record.id, *args)
         assert result.exit_code == 2
@@ -92,8 +110,9 @@ class TestTaskReplay:
 
     def test_a_resolved_record_is_refused(self, invoke: Invoke, seeded: Seeded) -> None:
         """A record already resolved is not sent twice: exit 2."""
-        result = replay(invoke, seeded, seeded.resolved.id, "--no-dry-run", "--yes",
-                        "--reason", "again")
+        result = replay(
+            invoke, seeded, seeded.resolved.id, "--no-dry-run", "--yes", "--reason", "again"
+        )
         assert result.exit_code == 2
         assert "already resolved" in one_error_line(result)
 
@@ -109,34 +128,50 @@ class TestTaskReplay:
         assert result.exit_code == 2
         assert "no dead letter" in one_error_line(result)
 
-    def test_a_task_replay_needs_an_app(self, invoke: Invoke, seeded: Seeded,
-                                        task_record: DeadLetter) -> None:
+    def test_a_task_replay_needs_an_app(
+        self, invoke: Invoke, seeded: Seeded, task_record: DeadLetter
+    ) -> None:
         """Without --app (and outside celery -A) a task record cannot be sent: exit 2."""
         result = invoke("dlq", "--dlq", seeded.url, "replay", task_record.id)
         assert result.exit_code == 2
         assert "--app module:app" in one_error_line(result)
 
-    def test_an_app_that_cannot_be_imported_is_refused(self, invoke: Invoke, seeded: Seeded,
-                                                       task_record: DeadLetter) -> None:
+    def test_an_app_that_cannot_be_imported_is_refused(
+        self, invoke: Invoke, seeded: Seeded, task_record: DeadLetter
+    ) -> None:
         """--app naming a missing module exits 2 with the import error."""
-        result = invoke("dlq", "--dlq", seeded.url, "--app", "no_such_project:app", "replay",
-                        task_record.id)
+        result = invoke(
+            "dlq", "--dlq", seeded.url, "--app", "no_such_project:app", "replay", task_record.id
+        )
         assert result.exit_code == 2
         assert "cannot load Celery app 'no_such_project:app'" in one_error_line(result)
 
-    def test_force_is_ignored_with_a_warning(self, invoke: Invoke, seeded: Seeded,
-                                             task_record: DeadLetter) -> None:
+    def test_force_is_ignored_with_a_warning(
+        self, invoke: Invoke, seeded: Seeded, task_record: DeadLetter
+    ) -> None:
         """--force means nothing for a task (its chart starts fresh); it warns on stderr."""
         result = replay(invoke, seeded, task_record.id, "--force")
         assert result.exit_code == 0
         assert "--force is ignored" in result.stderr
 
-    def test_a_replay_the_broker_refuses_exits_1(self, invoke: Invoke, seeded: Seeded,
-                                                 task_record: DeadLetter) -> None:
+    def test_a_replay_the_broker_refuses_exits_1(
+        self, invoke: Invoke, seeded: Seeded, task_record: DeadLetter
+    ) -> None:
         """A real replay that cannot be sent exits 1, one line, and the record stays open."""
-        result = invoke("dlq", "--dlq", seeded.url, "--app", "tests.cli.proj:unreachable",
-                        "replay", task_record.id, "--no-dry-run", "--yes", "--reason", "r",
-                        "--json")
+        result = invoke(
+            "dlq",
+            "--dlq",
+            seeded.url,
+            "--app",
+            "tests.cli.proj:unreachable",
+            "replay",
+            task_record.id,
+            "--no-dry-run",
+            "--yes",
+            "--reason",
+            "r",
+            "--json",
+        )
         assert result.exit_code == 1
         assert "stays unresolved" in one_error_line(result)
         assert seeded.store.get(task_record.id).resolved_at is None  # type: ignore[union-attr]

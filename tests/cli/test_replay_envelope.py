@@ -34,15 +34,26 @@ class Env:
     def record(self, *, data: dict[str, Any] | None = None, **overrides: Any) -> DeadLetter:
         """Store an envelope dead letter for order o-1 captured from the current chart."""
         values: dict[str, Any] = {
-            "reason": "max_attempts", "machine_id": "order", "state_id": "order.new",
-            "machine_hash": self.machine.structure_hash, "machine_version": "3",
+            "reason": "max_attempts",
+            "machine_id": "order",
+            "state_id": "order.new",
+            "machine_hash": self.machine.structure_hash,
+            "machine_version": "3",
             "envelope": {
-                "specversion": "1.0", "id": "env-1", "source": "/shop", "type": "xsm.order.PAY",
-                "subject": "o-1", "datacontenttype": "application/json",
+                "specversion": "1.0",
+                "id": "env-1",
+                "source": "/shop",
+                "type": "xsm.order.PAY",
+                "subject": "o-1",
+                "datacontenttype": "application/json",
                 "data": data if data is not None else {"amount": 12},
             },
-            "topic": "orders", "task_name": None, "task_id": None, "task_args": None,
-            "task_kwargs": None, "hostname": None,
+            "topic": "orders",
+            "task_name": None,
+            "task_id": None,
+            "task_args": None,
+            "task_kwargs": None,
+            "hostname": None,
         }
         values.update(overrides)
         record = make_record(**values)
@@ -51,9 +62,20 @@ class Env:
 
     def args(self, record_id: str, *extra: str) -> list[str]:
         """``dlq --dlq ... replay ID --store ... --machine ... --logic ...`` plus ``extra``."""
-        return ["dlq", "--dlq", f"sqlite:///{self.dlq.engine.url.database}", "replay",
-                record_id, "--store", f"sqlite:///{self.state_path}", "--machine", str(CHART),
-                "--logic", LOGIC, *extra]
+        return [
+            "dlq",
+            "--dlq",
+            f"sqlite:///{self.dlq.engine.url.database}",
+            "replay",
+            record_id,
+            "--store",
+            f"sqlite:///{self.state_path}",
+            "--machine",
+            str(CHART),
+            "--logic",
+            LOGIC,
+            *extra,
+        ]
 
 
 @pytest.fixture
@@ -122,23 +144,35 @@ def test_a_changed_chart_needs_force(invoke: Invoke, env: Env) -> None:
 
 def test_no_machine_for_the_type_exits_2(invoke: Invoke, env: Env) -> None:
     """A record of a machine none of the --machine charts is refused with the seed's words."""
-    record = env.record(machine_id="invoice", envelope={
-        "specversion": "1.0", "id": "env-9", "source": "/b", "type": "billing.INVOICE",
-        "subject": "i-1", "data": {}})
+    record = env.record(
+        machine_id="invoice",
+        envelope={
+            "specversion": "1.0",
+            "id": "env-9",
+            "source": "/b",
+            "type": "billing.INVOICE",
+            "subject": "i-1",
+            "data": {},
+        },
+    )
     result = invoke(*env.args(record.id, *REAL))
     assert result.exit_code == 2
     assert "no machine handles type 'billing.INVOICE'" in one_error_line(result)
 
 
-@pytest.mark.parametrize(("flag", "value", "message"), [
-    ("--logic", "no_such_module_xyz", "cannot import --logic"),
-    ("--logic", "tests.cli.proj", "is not a MachineLogic"),
-    ("--machine", "missing.json", "cannot load machine"),
-    ("--store", "sqlite:///nowhere/state.db", "no such --store SQLite database file"),
-    ("--store", "redis://127.0.0.1/0", "unsupported --store URL"),
-])
-def test_bad_replay_inputs_exit_2(invoke: Invoke, env: Env, flag: str, value: str,
-                                  message: str) -> None:
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--logic", "no_such_module_xyz", "cannot import --logic"),
+        ("--logic", "tests.cli.proj", "is not a MachineLogic"),
+        ("--machine", "missing.json", "cannot load machine"),
+        ("--store", "sqlite:///nowhere/state.db", "no such --store SQLite database file"),
+        ("--store", "redis://127.0.0.1/0", "unsupported --store URL"),
+    ],
+)
+def test_bad_replay_inputs_exit_2(
+    invoke: Invoke, env: Env, flag: str, value: str, message: str
+) -> None:
     """An unloadable --logic or --machine, or a missing --store, is refused input."""
     record = env.record()
     args = env.args(record.id, *REAL)
@@ -149,8 +183,9 @@ def test_bad_replay_inputs_exit_2(invoke: Invoke, env: Env, flag: str, value: st
     assert not Path("nowhere").exists()
 
 
-def test_a_store_file_that_is_not_a_database_exits_2(invoke: Invoke, env: Env,
-                                                     tmp_path: Path) -> None:
+def test_a_store_file_that_is_not_a_database_exits_2(
+    invoke: Invoke, env: Env, tmp_path: Path
+) -> None:
     """A --store file that is not SQLite is refused and left as it was."""
     record = env.record()
     notes = tmp_path / "notes.db"
@@ -164,7 +199,8 @@ def test_a_store_file_that_is_not_a_database_exits_2(invoke: Invoke, env: Env,
 
 
 def test_without_envelope_replay_in_the_installation_exits_2(
-        invoke: Invoke, env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    invoke: Invoke, env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An installation whose eda lacks replay_dead_letter says so instead of crashing."""
     import xsm_celery.eda
 

@@ -30,13 +30,21 @@ def test_a_stuck_compensation_is_listed_with_its_state_id(invoke: Invoke, tmp_pa
         .step("reserve", invoke="reserveStock", compensate="releaseStock")
         .step("charge", invoke="chargeCard")
     )
-    services = {"reserveStock": lambda i, c, e: "held", "chargeCard": fail("card declined"),
-                "releaseStock": fail("warehouse API down")}  # fmt: skip
-    machine = create_machine(saga.build(), logic=saga.logic().merge(MachineLogic(services=services)))
+    services = {
+        "reserveStock": lambda i, c, e: "held",
+        "chargeCard": fail("card declined"),
+        "releaseStock": fail("warehouse API down"),
+    }
+    machine = create_machine(
+        saga.build(), logic=saga.logic().merge(MachineLogic(services=services))
+    )
     dispatcher = InboundDispatcher(
-        MemoryStore(), {"xsm.fulfil.START": machine}, inbox=MemoryInbox(),
-        plugins=[DeadLetterPlugin(store)], dead_letters=store,
-    )  # fmt: skip
+        MemoryStore(),
+        {"xsm.fulfil.START": machine},
+        inbox=MemoryInbox(),
+        plugins=[DeadLetterPlugin(store)],
+        dead_letters=store,
+    )
     bus = SyncFakeBrokerAdapter()
     bus.publish("commands", Envelope.new(type="xsm.fulfil.START", subject="o-42"))
     assert dispatcher.run_once_sync(bus, "commands").processed == 1

@@ -22,8 +22,15 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     """Run the console script with the repository importable (for --app tests.cli.proj)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("XSM_DLQ", None)
-    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=60, check=False)
+    return subprocess.run(
+        [str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -31,8 +38,14 @@ def store_url(tmp_path: Path) -> str:
     """A file store holding one replayable task record."""
     url = f"sqlite:///{tmp_path / 'dlq.db'}"
     store = SQLAlchemyDeadLetterStore(url)
-    store.put(make_record(id="0190a1b2-0000-7000-8000-000000000001", task_name=proj.TASK_NAME,
-                          task_args=[1], task_kwargs={}))
+    store.put(
+        make_record(
+            id="0190a1b2-0000-7000-8000-000000000001",
+            task_name=proj.TASK_NAME,
+            task_args=[1],
+            task_kwargs={},
+        )
+    )
     store.close()
     return url
 
@@ -60,8 +73,19 @@ def test_exit_2_for_a_missing_file(tmp_path: Path) -> None:
 def test_exit_1_when_a_real_replay_fails(store_url: str) -> None:
     """A real replay whose broker is down exits 1 and leaves the record unresolved."""
     record_id = "0190a1b2-0000-7000-8000-000000000001"
-    done = run("dlq", "--dlq", store_url, "--app", "tests.cli.proj:unreachable", "replay",
-               record_id, "--no-dry-run", "--yes", "--reason", "retry after outage")
+    done = run(
+        "dlq",
+        "--dlq",
+        store_url,
+        "--app",
+        "tests.cli.proj:unreachable",
+        "replay",
+        record_id,
+        "--no-dry-run",
+        "--yes",
+        "--reason",
+        "retry after outage",
+    )
     assert done.returncode == 1, done.stderr
     assert done.stderr.strip().startswith("xsm dlq: error: replay of")
     record = SQLAlchemyDeadLetterStore(store_url).get(record_id)
@@ -82,8 +106,9 @@ def test_without_click_the_script_says_what_to_install() -> None:
         "from xsm_celery.cli import main\n"
         "main()\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
     assert done.returncode == 1
     assert "pip install 'xsm-celery[cli]'" in done.stderr
     assert "Traceback" not in done.stderr
@@ -104,6 +129,7 @@ def test_without_sqlalchemy_the_package_names_its_extra() -> None:
         "except MissingExtraError as exc:\n"
         "    print(exc)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
     assert 'pip install "xsm-celery[sqlalchemy]"' in done.stdout, done.stderr

@@ -34,8 +34,9 @@ def _stores(tmp_path: Path) -> tuple[str, str, str]:
 def test_json_report_from_urls(tmp_path: Path) -> None:
     """--json prints dead letters per window, the outbox backlog and the timer lag."""
     dlq, timers, outbox = _stores(tmp_path)
-    result = CliRunner().invoke(cli, ["status", "--dlq", dlq, "--timers", timers,
-                                      "--outbox", outbox, "--json"])
+    result = CliRunner().invoke(
+        cli, ["status", "--dlq", dlq, "--timers", timers, "--outbox", outbox, "--json"]
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["dead_letters"] == {"1h": {"task_exhausted": 1}, "24h": {"task_exhausted": 2}}
@@ -48,8 +49,9 @@ def test_json_report_from_urls(tmp_path: Path) -> None:
 def test_tables_name_each_part(tmp_path: Path) -> None:
     """Without --json the report is rich tables with each reason and store on its own row."""
     dlq, timers, outbox = _stores(tmp_path)
-    result = CliRunner().invoke(cli, ["status", "--dlq", dlq, "--timers", timers,
-                                      "--outbox", outbox])
+    result = CliRunner().invoke(
+        cli, ["status", "--dlq", dlq, "--timers", timers, "--outbox", outbox]
+    )
     assert result.exit_code == 0, result.output
     assert "Dead letters by reason" in result.output
     assert "task_exhausted" in result.output
@@ -94,8 +96,9 @@ def test_an_unreadable_store_exits_1_after_printing_the_rest(tmp_path: Path) -> 
     with sqlite3.connect(broken) as conn:
         conn.execute("CREATE TABLE xsm_timers (id TEXT PRIMARY KEY)")
         conn.execute("INSERT INTO xsm_timers VALUES ('t-1')")
-    result = CliRunner().invoke(cli, ["status", "--dlq", dlq, "--timers", f"sqlite:///{broken}",
-                                      "--json"])
+    result = CliRunner().invoke(
+        cli, ["status", "--dlq", dlq, "--timers", f"sqlite:///{broken}", "--json"]
+    )
     assert result.exit_code == 1, result.output
     report = json.loads(result.output)
     assert "timers" in report["errors"]

@@ -22,7 +22,11 @@ def test_brokers_are_the_core_ones() -> None:
 def test_replay_runs_events_envelopes_and_time() -> None:
     """replay() sends events and envelopes and advances the clock for numbers."""
     machine = create_machine(
-        {"id": "t", "initial": "a", "states": {"a": {"on": {"GO": "b"}}, "b": {"after": {"500": "c"}}, "c": {}}}
+        {
+            "id": "t",
+            "initial": "a",
+            "states": {"a": {"on": {"GO": "b"}}, "b": {"after": {"500": "c"}}, "c": {}},
+        }
     )
     interp = testing.replay(machine, [Envelope.new(type="xsm.t.GO", subject="x"), 499])
     assert interp.matches("t.b")

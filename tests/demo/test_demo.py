@@ -27,25 +27,38 @@ def run_demo(data: Path, broker_url: str | None = None) -> subprocess.CompletedP
     env.pop("XSM_BROKER_URL", None)
     if broker_url:
         env["XSM_BROKER_URL"] = broker_url
-    return subprocess.run([sys.executable, "-m", "xsm_celery.demo"], capture_output=True,
-                          text=True, env=env, cwd=ROOT, timeout=TIMEOUT_S, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "xsm_celery.demo"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
 
 
 def check_run(done: subprocess.CompletedProcess[str], data: Path) -> None:
     """What every successful run leaves behind, whatever the broker."""
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout
-    for text in ("retry in", "succeeded (quote", "worker process was killed",
-                 "dead letters (4)", "replayed: sent xsm_demo.fetch_quote", "A-1004 (replay)",
-                 "audit: xsm-demo replay (upstream fixed)", "O-2001  PAY 42.5 sent",
-                 "O-2002  awaiting_payment -> expired"):
+    for text in (
+        "retry in",
+        "succeeded (quote",
+        "worker process was killed",
+        "dead letters (4)",
+        "replayed: sent xsm_demo.fetch_quote",
+        "A-1004 (replay)",
+        "audit: xsm-demo replay (upstream fixed)",
+        "O-2001  PAY 42.5 sent",
+        "O-2002  awaiting_payment -> expired",
+    ):
         assert text in out, text
     # The view polls the store, so on a fast broker it may see "paid" without "charging".
     assert re.search(r"O-2001  \S+ -> paid", out), out[-2000:]
     assert re.search(r"O-2001\W+paid\W+done\W+42\.5\W+R-4250", out), out[-2000:]
     assert re.search(r"O-2002\W+expired\W+done\W+0\W", out), out[-2000:]
-    store = SQLAlchemyDeadLetterStore(f"sqlite:///{data / 'dead_letters.db'}",
-                                      create_table=False)
+    store = SQLAlchemyDeadLetterStore(f"sqlite:///{data / 'dead_letters.db'}", create_table=False)
     records = store.list(include_resolved=True)
     by_order = {r.task_args[0]: r for r in records if r.task_args}
     assert {order: r.reason for order, r in by_order.items()} == {
@@ -79,9 +92,19 @@ def test_the_demo_runs_end_to_end_on_the_embedded_broker(tmp_path: Path) -> None
     assert "embedded SQLite" in done.stdout
     assert stat.S_IMODE((data / "broker.db").stat().st_mode) == 0o600
     listed = subprocess.run(
-        [str(Path(sys.executable).parent / "xsm-celery"), "dlq", "--dlq",
-         f"sqlite:///{data / 'dead_letters.db'}", "list", "--json"],
-        capture_output=True, text=True, timeout=60, check=False)
+        [
+            str(Path(sys.executable).parent / "xsm-celery"),
+            "dlq",
+            "--dlq",
+            f"sqlite:///{data / 'dead_letters.db'}",
+            "list",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert listed.returncode == 0, listed.stderr
     assert json.loads(listed.stdout)["count"] == 3
 

@@ -68,7 +68,8 @@ class TestFlakyUpstream:
         """The crash behaviour ends the calling process with SIGKILL, as the demo needs."""
         FlakyUpstream(tmp_path / "u.db").script("A-5", Behaviour("crash"))
         process = multiprocessing.get_context("fork").Process(
-            target=_quote, args=(tmp_path / "u.db", "A-5"))
+            target=_quote, args=(tmp_path / "u.db", "A-5")
+        )
         process.start()
         process.join(30)
         assert process.exitcode == -signal.SIGKILL
@@ -93,7 +94,11 @@ class TestProgressLog:
         log.add("t1", "A-1", "retrying", attempt=1, delay_ms=250.5, detail="boom")
         first, second = log.since(0)
         assert (first.kind, second.kind, second.delay_ms, second.detail) == (
-            "started", "retrying", 250.5, "boom")
+            "started",
+            "retrying",
+            250.5,
+            "boom",
+        )
         assert log.since(first.seq) == [second]
 
     def test_processes_append_to_one_log(self, tmp_path: Path) -> None:
@@ -119,8 +124,15 @@ def _append(path: Path, n: int) -> None:
         log.add(f"t{n}", f"A-{n}", "started", attempt=i)
 
 
-def _event(seq: int, kind: str, attempt: int = 1, *, delay_ms: float | None = None,
-           detail: str = "", task_id: str = "t1") -> ProgressEvent:
+def _event(
+    seq: int,
+    kind: str,
+    attempt: int = 1,
+    *,
+    delay_ms: float | None = None,
+    detail: str = "",
+    task_id: str = "t1",
+) -> ProgressEvent:
     return ProgressEvent(seq, task_id, "A-1", kind, attempt, delay_ms, detail)
 
 
@@ -131,10 +143,12 @@ class TestBoard:
         """started, retrying and succeeded move the row and produce a line each step."""
         board = Board()
         board.add("A-1", "times out once", "t1")
-        lines = board.apply([
-            _event(1, "started"),
-            _event(2, "retrying", delay_ms=412.4, detail="UpstreamTimeout: slow"),
-        ])
+        lines = board.apply(
+            [
+                _event(1, "started"),
+                _event(2, "retrying", delay_ms=412.4, detail="UpstreamTimeout: slow"),
+            ]
+        )
         row = board.rows["t1"]
         assert (row.status, row.attempt, row.next_delay_ms) == ("retrying", 1, 412.4)
         assert lines == ["A-1              attempt 1: UpstreamTimeout: slow -> retry in 412 ms"]
@@ -162,8 +176,10 @@ class TestBoard:
         assert board.apply([_event(1, "succeeded", task_id="other")]) == []
         assert board.pending() == [board.rows["t1"]]
 
-    @given(st.lists(st.sampled_from(["started", "redelivered", "retrying"]), max_size=20),
-           st.lists(st.integers(1, 10), min_size=20, max_size=20))
+    @given(
+        st.lists(st.sampled_from(["started", "redelivered", "retrying"]), max_size=20),
+        st.lists(st.integers(1, 10), min_size=20, max_size=20),
+    )
     def test_the_attempt_shown_never_goes_back(self, kinds: list[str], attempts: list[int]) -> None:
         """Whatever order events arrive in, the attempt column is the highest one seen."""
         board = Board()
@@ -178,7 +194,8 @@ class TestEmbeddedBroker:
     """kombu's SQLAlchemy transport with the demo's fixes."""
 
     def test_a_requeued_message_is_flagged_redelivered_where_celery_reads_it(
-            self, tmp_path: Path) -> None:
+        self, tmp_path: Path
+    ) -> None:
         """After a requeue, delivery_info['redelivered'] is True (kombu's own leaves it out)."""
         with Connection(f"sqlite:///{tmp_path / 'b.db'}", transport=TRANSPORT) as conn:
             queue = conn.SimpleQueue("q")
@@ -220,7 +237,8 @@ class TestEmbeddedBroker:
             assert len(received) == 100
 
     def test_a_pool_process_forked_while_the_consumer_polls_can_still_publish(
-            self, tmp_path: Path) -> None:
+        self, tmp_path: Path
+    ) -> None:
         """A fork waits for the consumer's write lock, so the child is not locked out for ever.
 
         SQLite keeps lock state per process: a child forked while another thread held the
@@ -249,7 +267,8 @@ class TestEmbeddedBroker:
         assert codes == [0] * 10, "a forked child could not take the write lock"
 
     def test_the_broker_file_is_not_world_readable_when_the_demo_creates_it(
-            self, tmp_path: Path) -> None:
+        self, tmp_path: Path
+    ) -> None:
         """The runner creates broker.db mode 0600 before kombu opens it (it holds raw args)."""
         from xsm_celery.demo.runner import _fresh
 

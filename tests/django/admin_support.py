@@ -46,9 +46,18 @@ def task_record(app: Any, **overrides: Any) -> DeadLetter:
         "task_kwargs": {"amount": 20},
         "machine_hash": current_hash(app),
         "errors": [
-            {"source": "service", "name": "work", "type": "TimeoutError", "message": "gateway slow"},
-            {"source": "service", "name": "work", "type": "ConnectionError",
-             "message": "payment gateway unreachable for order 7"},
+            {
+                "source": "service",
+                "name": "work",
+                "type": "TimeoutError",
+                "message": "gateway slow",
+            },
+            {
+                "source": "service",
+                "name": "work",
+                "type": "ConnectionError",
+                "message": "payment gateway unreachable for order 7",
+            },
         ],
     }
     values.update(overrides)

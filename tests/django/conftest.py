@@ -24,7 +24,11 @@ from tests.django.project import settings as project_settings
 
 if not settings.configured:
     settings.configure(
-        **{name: getattr(project_settings, name) for name in dir(project_settings) if name.isupper()}
+        **{
+            name: getattr(project_settings, name)
+            for name in dir(project_settings)
+            if name.isupper()
+        }
     )
     django.setup()
 
@@ -96,8 +100,13 @@ def _blocker(request: pytest.FixtureRequest) -> Any:
 
 
 #: Tables emptied after each test, children before parents.
-_AUTH_TABLES = ("django_admin_log", "django_session", "auth_user_user_permissions",
-                "auth_user_groups", "auth_user")
+_AUTH_TABLES = (
+    "django_admin_log",
+    "django_session",
+    "auth_user_user_permissions",
+    "auth_user_groups",
+    "auth_user",
+)
 
 
 def _clean(alias: str) -> None:

@@ -52,8 +52,17 @@ def test_the_list_shows_the_triage_columns(app: Any) -> None:
     """The changelist shows task, reason, attempts, last error, age and resolved."""
     record = task_record(app)
     page = login("ana", superuser=True).get(reverse(CHANGELIST)).content.decode()
-    for text in ("shop.charge", "task exhausted", "ConnectionError: payment gateway unreachable",
-                 short_id(record.id), "Age", "Resolved", "By task", "By machine", "By taken on"):
+    for text in (
+        "shop.charge",
+        "task exhausted",
+        "ConnectionError: payment gateway unreachable",
+        short_id(record.id),
+        "Age",
+        "Resolved",
+        "By task",
+        "By machine",
+        "By taken on",
+    ):
         assert text in page
 
 
@@ -170,7 +179,9 @@ def test_a_read_only_operator_can_look_but_not_act(app: Any) -> None:
         assert client.get(change_url(record.id, suffix)).status_code == 403
         assert client.post(change_url(record.id, suffix), {"reason": "x" * 5}).status_code == 403
     for action in ("replay_selected", "resolve_selected", "purge_selected"):
-        response = client.post(reverse(CHANGELIST), {"action": action, "_selected_action": [record.id]})
+        response = client.post(
+            reverse(CHANGELIST), {"action": action, "_selected_action": [record.id]}
+        )
         assert response.status_code == 403
     bulk = reverse("admin:xsm_celery_deadletterrecord_bulk_replay")
     assert client.post(bulk, {"ids": [record.id], "reason": "sneaky"}).status_code == 403
@@ -204,14 +215,20 @@ def test_bulk_actions_go_through_a_confirmation_page(app: Any) -> None:
     """The changelist actions show the selection and ask for a reason before acting."""
     first, second = task_record(app), task_record(app)
     client = login("ana", superuser=True)
-    page = client.post(reverse(CHANGELIST), {
-        "action": "purge_selected", "_selected_action": [first.id, second.id],
-    }).content.decode()
+    page = client.post(
+        reverse(CHANGELIST),
+        {
+            "action": "purge_selected",
+            "_selected_action": [first.id, second.id],
+        },
+    ).content.decode()
     assert first.id in page
     assert second.id in page
     assert DeadLetterRecord.objects.count() == 2
-    client.post(reverse("admin:xsm_celery_deadletterrecord_bulk", args=["purge"]),
-                {"ids": [first.id, second.id], "reason": "duplicates"})
+    client.post(
+        reverse("admin:xsm_celery_deadletterrecord_bulk", args=["purge"]),
+        {"ids": [first.id, second.id], "reason": "duplicates"},
+    )
     assert DeadLetterRecord.objects.count() == 0
     assert AuditEntry.objects.filter(action="purge").count() == 2
 
@@ -220,14 +237,19 @@ def test_bulk_replay_shows_the_dry_run_then_a_summary(app: Any) -> None:
     """Selecting records shows each one's dry run; confirming replays all and summarises."""
     good, masked = task_record(app), task_record(app, task_args=["***"])
     client = login("ana", superuser=True)
-    page = client.post(reverse(CHANGELIST), {
-        "action": "replay_selected", "_selected_action": [good.id, masked.id],
-    }).content.decode()
+    page = client.post(
+        reverse(CHANGELIST),
+        {
+            "action": "replay_selected",
+            "_selected_action": [good.id, masked.id],
+        },
+    ).content.decode()
     assert "would send shop.charge" in page
     assert "redacted arguments" in page
     bulk = reverse("admin:xsm_celery_deadletterrecord_bulk_replay")
-    page = client.post(bulk, {"ids": [good.id, masked.id], "reason": "gateway fixed"}
-                       ).content.decode()
+    page = client.post(
+        bulk, {"ids": [good.id, masked.id], "reason": "gateway fixed"}
+    ).content.decode()
     assert "<strong>sent</strong>: 1" in page
     assert "<strong>refused</strong>: 1" in page
     assert len(sent_tasks(app)) == 1
@@ -259,8 +281,9 @@ def test_the_outbox_page_shows_backlog_age_and_leases(app: Any) -> None:
     from xsm_celery.eda import Envelope
 
     outbox = DjangoOutboxStore(wall=lambda: time.time() - 7200)
-    seqs = [outbox.add("orders", Envelope.new(type="order.paid", subject=f"o-{n}"))
-            for n in range(4)]
+    seqs = [
+        outbox.add("orders", Envelope.new(type="order.paid", subject=f"o-{n}")) for n in range(4)
+    ]
     outbox.mark_sent(seqs[:1])
     DjangoOutboxStore().claim(limit=1, owner="relay-a", lease_s=60)
     client = login("ana", superuser=True)
@@ -270,8 +293,9 @@ def test_the_outbox_page_shows_backlog_age_and_leases(app: Any) -> None:
     assert '<strong id="xsm-leased">1</strong>' in page
     assert '<strong id="xsm-oldest">2\xa0hours</strong>' in page
     assert "relay-a" in page
-    leased = client.get(reverse("admin:xsm_celery_outboxmessage_changelist"),
-                        {"status": "leased"}).content.decode()
+    leased = client.get(
+        reverse("admin:xsm_celery_outboxmessage_changelist"), {"status": "leased"}
+    ).content.decode()
     assert leased.count('class="field-event_type">order.paid<') == 1
     detail = client.get(reverse("admin:xsm_celery_outboxmessage_change", args=[seqs[1]]))
     assert "&quot;type&quot;: &quot;order.paid&quot;" in detail.content.decode()
@@ -283,11 +307,13 @@ def test_the_outbox_page_shows_failed_rows_apart(app: Any) -> None:
     from xsm_celery.eda import Envelope
 
     outbox = DjangoOutboxStore()
-    seqs = [outbox.add("orders", Envelope.new(type="order.paid", subject=f"o-{n}"))
-            for n in range(3)]
+    seqs = [
+        outbox.add("orders", Envelope.new(type="order.paid", subject=f"o-{n}")) for n in range(3)
+    ]
     outbox.claim(limit=1, owner="relay-a", lease_s=60)
-    outbox.record_refusal(seqs[0], "relay-a", "PreconditionFailed: inequivalent arg",
-                          max_attempts=1)
+    outbox.record_refusal(
+        seqs[0], "relay-a", "PreconditionFailed: inequivalent arg", max_attempts=1
+    )
     client = login("ana", superuser=True)
     url = reverse("admin:xsm_celery_outboxmessage_changelist")
     page = client.get(url).content.decode()
@@ -308,8 +334,9 @@ def test_a_failed_outbox_row_is_requeued_from_the_admin_and_audited(app: Any) ->
     from xsm_celery.eda import Envelope
 
     outbox = DjangoOutboxStore()
-    seqs = [outbox.add("orders", Envelope.new(type="order.paid", subject=f"o-{n}"))
-            for n in range(2)]
+    seqs = [
+        outbox.add("orders", Envelope.new(type="order.paid", subject=f"o-{n}")) for n in range(2)
+    ]
     outbox.claim(limit=2, owner="relay-a", lease_s=60)
     outbox.record_refusal(seqs[0], "relay-a", "refused", max_attempts=1)
     url = reverse("admin:xsm_celery_outboxmessage_changelist")
@@ -335,11 +362,16 @@ def test_the_other_tables_are_listed_read_only(app: Any) -> None:
     DjangoInbox().claim("src", "e-1", "fp", ttl_s=None)
     DjangoSnapshotStore().save("order-9", '{"value": "paid"}')
     DjangoTimerStore().schedule("task-1", time.time() + 60, {"task": "shop.charge"})
-    DjangoDeadLetterStore().audit("r-1", "purge", actor="ana", reason="retention",
-                                  outcome="deleted")
+    DjangoDeadLetterStore().audit(
+        "r-1", "purge", actor="ana", reason="retention", outcome="deleted"
+    )
     client = login("ana", superuser=True)
-    for model, text in (("inboxrecord", "e-1"), ("machinesnapshot", "order-9"),
-                        ("durabletimer", "task-1"), ("auditentry", "retention")):
+    for model, text in (
+        ("inboxrecord", "e-1"),
+        ("machinesnapshot", "order-9"),
+        ("durabletimer", "task-1"),
+        ("auditentry", "retention"),
+    ):
         page = client.get(reverse(f"admin:xsm_celery_{model}_changelist")).content.decode()
         assert text in page
         assert client.get(reverse(f"admin:xsm_celery_{model}_add")).status_code == 403

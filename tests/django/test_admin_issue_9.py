@@ -26,8 +26,11 @@ def test_the_timer_list_shows_the_task_name(sqlite_db: str) -> None:
     DjangoTimerStore(using=sqlite_db).schedule(
         "t-1", time.time() + 3600, {"task": "shop.refund", "args": [1], "kwargs": {}}
     )
-    page = login("ana", superuser=True).get(
-        reverse("admin:xsm_celery_durabletimer_changelist")).content.decode()  # fmt: skip
+    page = (
+        login("ana", superuser=True)
+        .get(reverse("admin:xsm_celery_durabletimer_changelist"))
+        .content.decode()
+    )
     assert "shop.refund" in page
     assert "<th" in page
     assert ">task<" in page.lower() or "column-task_name" in page

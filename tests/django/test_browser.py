@@ -27,8 +27,15 @@ from xsm_celery.django.stores import DjangoDeadLetterStore
 pytestmark = [pytest.mark.browser, pytest.mark.service, pytest.mark.slow]
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 SHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "django-admin"
 
 
@@ -188,14 +195,18 @@ def test_a_read_only_operator_sees_no_replay_and_gets_403(
     token = next(c["value"] for c in page.context.cookies() if c["name"] == "csrftoken")
     replay = page.request.post(
         f"{admin_server}/admin/xsm_celery/deadletterrecord/{record.id}/replay/",
-        form={"csrfmiddlewaretoken": token, "reason": "let me in"}, headers={"Referer": detail},
+        form={"csrfmiddlewaretoken": token, "reason": "let me in"},
+        headers={"Referer": detail},
     )
     assert replay.status == 403
     assert "CSRF" not in replay.text()
     action = page.request.post(
         f"{admin_server}/admin/xsm_celery/deadletterrecord/",
-        form={"csrfmiddlewaretoken": token, "action": "replay_selected",
-              "_selected_action": record.id},
+        form={
+            "csrfmiddlewaretoken": token,
+            "action": "replay_selected",
+            "_selected_action": record.id,
+        },
         headers={"Referer": detail},
     )
     assert action.status == 403

@@ -18,14 +18,14 @@ def _app(**conf: object) -> Celery:
 
 
 def test_django_names_every_store_of_the_app(sqlite_db: str) -> None:
-    """"django" resolves the dead-letter and timer stores to the Django app's classes."""
+    """ "django" resolves the dead-letter and timer stores to the Django app's classes."""
     stores = AppStores(_app(xsm_dead_letter_store="django", xsm_timer_store="django"))
     assert isinstance(stores.dead_letters(), DjangoDeadLetterStore)
     assert isinstance(stores.timers(), DjangoTimerStore)
 
 
 def test_an_alias_after_the_scheme_picks_the_database(sqlite_db: str) -> None:
-    """"django://<alias>" opens the store on that database alias."""
+    """ "django://<alias>" opens the store on that database alias."""
     store = AppStores(_app(xsm_dead_letter_store=f"django://{sqlite_db}")).dead_letters()
     assert isinstance(store, DjangoDeadLetterStore)
     assert store.using == sqlite_db

@@ -27,8 +27,9 @@ def app(sqlite_db: str) -> Iterator[Any]:
     """The in-memory Celery app, named in XSM_CELERY, with an empty broker."""
     from tests.django.project.celery import memory_app
 
-    with override_settings(XSM_CELERY={"CELERY_APP": MEMORY_APP,
-                                       "BROKER": "tests.django.project.brokers:fake_broker"}):
+    with override_settings(
+        XSM_CELERY={"CELERY_APP": MEMORY_APP, "BROKER": "tests.django.project.brokers:fake_broker"}
+    ):
         sent_tasks(memory_app)
         BROKER.clear()
         yield memory_app
@@ -88,8 +89,18 @@ def test_a_real_replay_needs_yes_and_a_reason(app: Any) -> None:
     record = task_record(app)
     assert refused("xsm_dlq", "replay", record.id, "--no-dry-run").returncode == 2
     assert refused("xsm_dlq", "replay", record.id, "--no-dry-run", "--yes").returncode == 2
-    out = run("xsm_dlq", "replay", record.id, "--no-dry-run", "--yes", "--reason", "fixed",
-              "--actor", "cron", "--json")
+    out = run(
+        "xsm_dlq",
+        "replay",
+        record.id,
+        "--no-dry-run",
+        "--yes",
+        "--reason",
+        "fixed",
+        "--actor",
+        "cron",
+        "--json",
+    )
     assert json.loads(out)["status"] == "sent"
     assert sent_tasks(app) == [("shop.charge", [7], {"amount": 20})]
     assert AuditEntry.objects.get(record_id=record.id).actor == "cron"
@@ -117,8 +128,16 @@ def test_purge_older_than_keeps_recent_records(app: Any) -> None:
     """purge --older-than --include-unresolved deletes only old records, audits the sweep once."""
     task_record(app, taken_at=time.time() - 40 * 86_400)
     recent = task_record(app, taken_at=time.time())
-    out = run("xsm_dlq", "purge", "--older-than", "30d", "--yes", "--reason", "retention",
-              "--include-unresolved")
+    out = run(
+        "xsm_dlq",
+        "purge",
+        "--older-than",
+        "30d",
+        "--yes",
+        "--reason",
+        "retention",
+        "--include-unresolved",
+    )
     assert "purged 1" in out
     assert list(DeadLetterRecord.objects.values_list("id", flat=True)) == [recent.id]
     assert AuditEntry.objects.get().record_id == "*"
@@ -142,8 +161,10 @@ def test_ages_parse(text: str, seconds: float) -> None:
 
 def test_a_bad_age_exits_2(app: Any) -> None:
     """An age without a unit is refused input."""
-    assert refused("xsm_dlq", "purge", "--older-than", "30", "--yes",
-                   "--reason", "x!x").returncode == 2
+    assert (
+        refused("xsm_dlq", "purge", "--older-than", "30", "--yes", "--reason", "x!x").returncode
+        == 2
+    )
 
 
 def test_relay_publishes_pending_rows_and_marks_them_sent(app: Any) -> None:
@@ -180,8 +201,9 @@ def test_relay_refuses_bad_options(app: Any) -> None:
 def test_timers_publish_due_retries(app: Any) -> None:
     """xsm_timers sends the task of every due durable timer and deletes the timer."""
     timers = DjangoTimerStore()
-    timers.schedule("task-id-1", time.time() - 1, {"task": "shop.charge", "args": [9],
-                                                   "kwargs": {"amount": 1}})
+    timers.schedule(
+        "task-id-1", time.time() - 1, {"task": "shop.charge", "args": [9], "kwargs": {"amount": 1}}
+    )
     timers.schedule("task-id-2", time.time() + 3600, {"task": "shop.charge"})
     with override_settings(XSM_CELERY={"CELERY_APP": MEMORY_APP}):
         assert "fired 1 due timer(s)" in run("xsm_timers", "--owner", "test")

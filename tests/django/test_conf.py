@@ -28,8 +28,9 @@ def test_values_are_read_at_call_time() -> None:
 
 def test_an_unknown_key_names_the_closest_one() -> None:
     """A typo is refused with the key it probably meant."""
-    with override_settings(XSM_CELERY={"RELAY_BACTH": 5}), pytest.raises(
-        ConfigurationError, match="did you mean 'RELAY_BATCH'"
+    with (
+        override_settings(XSM_CELERY={"RELAY_BACTH": 5}),
+        pytest.raises(ConfigurationError, match="did you mean 'RELAY_BATCH'"),
     ):
         get_settings()
 
@@ -46,7 +47,10 @@ def test_bad_values_are_refused(key: str, value: object) -> None:
 
 def test_a_non_dict_setting_is_refused() -> None:
     """XSM_CELERY must be a dict."""
-    with override_settings(XSM_CELERY=["DATABASE"]), pytest.raises(ConfigurationError, match="dict"):
+    with (
+        override_settings(XSM_CELERY=["DATABASE"]),
+        pytest.raises(ConfigurationError, match="dict"),
+    ):
         get_settings()
 
 
@@ -67,7 +71,8 @@ def test_an_unknown_key_with_nothing_close_reads_as_sentences() -> None:
 @pytest.mark.parametrize("value", [0, "voucher", [3]])
 def test_redact_keys_must_be_a_list_of_names(value: object) -> None:
     """``REDACT_KEYS`` of the wrong type is a ConfigurationError naming the key, not a TypeError."""
-    with override_settings(XSM_CELERY={"REDACT_KEYS": value}), pytest.raises(
-        ConfigurationError, match="REDACT_KEYS"
+    with (
+        override_settings(XSM_CELERY={"REDACT_KEYS": value}),
+        pytest.raises(ConfigurationError, match="REDACT_KEYS"),
     ):
         get_settings()

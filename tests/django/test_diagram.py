@@ -31,15 +31,23 @@ def boxes(svg: str) -> dict[str, tuple[float, float, float, float]]:
 def marked(svg: str) -> list[str]:
     """Paths of the states drawn as marked."""
     root = ET.fromstring(svg)
-    return [g.get("data-state", "") for g in root.iter(f"{SVG}g")
-            if "xsm-marked" in (g.get("class") or "")]
+    return [
+        g.get("data-state", "")
+        for g in root.iter(f"{SVG}g")
+        if "xsm-marked" in (g.get("class") or "")
+    ]
 
 
 def test_the_shipped_retry_chart_draws_every_state_and_transition() -> None:
     """The task retry chart: four states, the dead-letter one marked, events labelled."""
     svg = render_chart_svg(load_task_chart(None), marked="task.deadLettered")
-    assert set(boxes(svg)) == {"task", "task.attempting", "task.retrying", "task.done",
-                               "task.deadLettered"}
+    assert set(boxes(svg)) == {
+        "task",
+        "task.attempting",
+        "task.retrying",
+        "task.done",
+        "task.deadLettered",
+    }
     assert marked(svg) == ["task.deadLettered"]
     for label in ("error: work [retryGiveUp]", "after retryDelay [retryCanRetry]", "done: work"):
         assert label in svg
@@ -55,19 +63,26 @@ def test_a_path_without_the_machine_id_or_a_unique_key_also_marks() -> None:
 
 def test_an_ambiguous_key_marks_nothing() -> None:
     """A bare key found in two places is not guessed."""
-    chart = {"id": "m", "initial": "a", "states": {
-        "a": {"initial": "x", "states": {"x": {}}},
-        "b": {"initial": "x", "states": {"x": {}}},
-    }}
+    chart = {
+        "id": "m",
+        "initial": "a",
+        "states": {
+            "a": {"initial": "x", "states": {"x": {}}},
+            "b": {"initial": "x", "states": {"x": {}}},
+        },
+    }
     assert marked(render_chart_svg(chart, marked="x")) == []
     assert marked(render_chart_svg(chart, marked="m.b.x")) == ["m.b.x"]
 
 
 def test_text_from_the_chart_is_escaped() -> None:
     """State names, events and titles cannot inject markup into the admin page."""
-    chart = {"id": "<b>m</b>", "initial": "<script>", "states": {
-        "<script>": {"on": {"<img src=x onerror=alert(1)>": "ok"}}, "ok": {}}}
-    svg = render_chart_svg(chart, title="\"><script>")
+    chart = {
+        "id": "<b>m</b>",
+        "initial": "<script>",
+        "states": {"<script>": {"on": {"<img src=x onerror=alert(1)>": "ok"}}, "ok": {}},
+    }
+    svg = render_chart_svg(chart, title='"><script>')
     assert "<script>" not in svg
     assert "<img" not in svg
     ET.fromstring(svg)
@@ -82,10 +97,14 @@ def test_unknown_targets_are_skipped() -> None:
 
 def test_parallel_regions_and_deep_targets_are_drawn() -> None:
     """Parallel regions sit side by side; '#id' and dotted targets resolve."""
-    chart = {"id": "p", "type": "parallel", "states": {
-        "left": {"initial": "one", "states": {"one": {"on": {"X": "#p.right.two"}}}},
-        "right": {"initial": "two", "states": {"two": {"id": "deep", "on": {"Y": "#deep"}}}},
-    }}
+    chart = {
+        "id": "p",
+        "type": "parallel",
+        "states": {
+            "left": {"initial": "one", "states": {"one": {"on": {"X": "#p.right.two"}}}},
+            "right": {"initial": "two", "states": {"two": {"id": "deep", "on": {"Y": "#deep"}}}},
+        },
+    }
     svg = render_chart_svg(chart)
     found = boxes(svg)
     assert found["p.left"][0] + found["p.left"][2] <= found["p.right"][0]

@@ -28,15 +28,27 @@ SHOP = Path(__file__).resolve().parents[2] / "examples" / "django_shop"
 def shop_env(tmp_path: Path, redis_url: str) -> dict[str, str]:
     """Environment of the example: own database, queue, gateway flag, reliable gateway."""
     base = redis_url.rsplit("/", 1)[0]
-    return {**os.environ, "SHOP_DB": str(tmp_path / "shop.db"), "SHOP_REDIS_URL": f"{base}/10",
-            "SHOP_QUEUE": f"shop-test-{uuid.uuid4().hex[:8]}", "SHOP_FLAKY_RATE": "0",
-            "SHOP_GATEWAY_DOWN_FILE": str(tmp_path / "gateway_down")}
+    return {
+        **os.environ,
+        "SHOP_DB": str(tmp_path / "shop.db"),
+        "SHOP_REDIS_URL": f"{base}/10",
+        "SHOP_QUEUE": f"shop-test-{uuid.uuid4().hex[:8]}",
+        "SHOP_FLAKY_RATE": "0",
+        "SHOP_GATEWAY_DOWN_FILE": str(tmp_path / "gateway_down"),
+    }
 
 
 def manage(env: dict[str, str], *args: str) -> str:
     """Run ``manage.py`` in the example and return its output."""
-    result = subprocess.run([sys.executable, "manage.py", *args], cwd=SHOP, env=env,
-                            capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=SHOP,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -46,8 +58,21 @@ def shop_worker(shop_env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
     """A real ``celery -A shop_project worker`` process on the example's queue."""
     manage(shop_env, "migrate", "-v", "0")
     process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "shop_project", "worker", "--pool", "solo",
-         "-l", "warning"], cwd=SHOP, env=shop_env, stdout=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "shop_project",
+            "worker",
+            "--pool",
+            "solo",
+            "-l",
+            "warning",
+        ],
+        cwd=SHOP,
+        env=shop_env,
+        stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     yield process
@@ -74,9 +99,14 @@ def test_the_readme_flow_dead_letters_then_replays_an_order(
 ) -> None:
     """Gateway down: the order is dead-lettered after 4 attempts; replayed, it is paid."""
     Path(shop_env["SHOP_GATEWAY_DOWN_FILE"]).touch()
-    manage(shop_env, "shell", "-c", "from shop.models import Order; "
-           "from shop.tasks import charge_order; "
-           "charge_order.delay(Order.objects.create(amount_cents=1999).pk)")
+    manage(
+        shop_env,
+        "shell",
+        "-c",
+        "from shop.models import Order; "
+        "from shop.tasks import charge_order; "
+        "charge_order.delay(Order.objects.create(amount_cents=1999).pk)",
+    )
     records: list[dict[str, object]] = []
 
     def dead_lettered() -> bool:
@@ -88,16 +118,36 @@ def test_the_readme_flow_dead_letters_then_replays_an_order(
     assert record["attempts"] == 4
     assert record["task_name"] == "shop.charge_order"
     Path(shop_env["SHOP_GATEWAY_DOWN_FILE"]).unlink()
-    out = manage(shop_env, "xsm_dlq", "replay", str(record["id"]), "--no-dry-run", "--yes",
-                 "--reason", "gateway back")
+    out = manage(
+        shop_env,
+        "xsm_dlq",
+        "replay",
+        str(record["id"]),
+        "--no-dry-run",
+        "--yes",
+        "--reason",
+        "gateway back",
+    )
     assert ": sent: sent shop.charge_order" in out
-    wait_for(lambda: "paid" in manage(
-        shop_env, "shell", "-c",
-        "from shop.models import Order; print(Order.objects.get().status)"))
+    wait_for(
+        lambda: (
+            "paid"
+            in manage(
+                shop_env,
+                "shell",
+                "-c",
+                "from shop.models import Order; print(Order.objects.get().status)",
+            )
+        )
+    )
 
 
 def test_beat_has_the_two_xsm_entries(shop_env: dict[str, str]) -> None:
     """The example's Beat schedule holds the timer and relay entries."""
-    out = manage(shop_env, "shell", "-c",
-                 "from shop_project.celery import app; print(sorted(app.conf.beat_schedule))")
+    out = manage(
+        shop_env,
+        "shell",
+        "-c",
+        "from shop_project.celery import app; print(sorted(app.conf.beat_schedule))",
+    )
     assert "['xsm-fire-timers', 'xsm-relay-outbox']" in out

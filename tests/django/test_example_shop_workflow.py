@@ -25,23 +25,38 @@ __all__ = ["shop_worker"]
 def shop_env(tmp_path: Path, redis_url: str) -> dict[str, str]:
     """The example's environment with its flag files in a temporary folder, a 1.5 s timeout."""
     base = redis_url.rsplit("/", 1)[0]
-    return {**os.environ, "SHOP_DB": str(tmp_path / "shop.db"), "SHOP_REDIS_URL": f"{base}/10",
-            "SHOP_QUEUE": f"shop-test-{uuid.uuid4().hex[:8]}", "SHOP_FLAKY_RATE": "0",
-            "SHOP_GATEWAY_DOWN_FILE": str(tmp_path / "gateway_down"),
-            "SHOP_FLAGS_DIR": str(tmp_path), "SHOP_PAYMENT_TIMEOUT_MS": "1500"}  # fmt: skip
+    return {
+        **os.environ,
+        "SHOP_DB": str(tmp_path / "shop.db"),
+        "SHOP_REDIS_URL": f"{base}/10",
+        "SHOP_QUEUE": f"shop-test-{uuid.uuid4().hex[:8]}",
+        "SHOP_FLAKY_RATE": "0",
+        "SHOP_GATEWAY_DOWN_FILE": str(tmp_path / "gateway_down"),
+        "SHOP_FLAGS_DIR": str(tmp_path),
+        "SHOP_PAYMENT_TIMEOUT_MS": "1500",
+    }
 
 
 def _order(env: dict[str, str], key: str) -> dict[str, object]:
-    out = manage(env, "shell", "-c",
-                 "import json; from shop.workflows import fulfilment; "
-                 f"v = fulfilment.get({key!r}); "
-                 "print(json.dumps(None if v is None else {'value': v.value, 'context': v.context}))")
+    out = manage(
+        env,
+        "shell",
+        "-c",
+        "import json; from shop.workflows import fulfilment; "
+        f"v = fulfilment.get({key!r}); "
+        "print(json.dumps(None if v is None else {'value': v.value, 'context': v.context}))",
+    )
     return json.loads(out.strip().splitlines()[-1]) or {}
 
 
 def _send(env: dict[str, str], key: str) -> None:
-    manage(env, "shell", "-c", "from shop.workflows import fulfilment; "
-           f"fulfilment.send({key!r}, 'START', order_id={key!r}, amount_cents=100)")
+    manage(
+        env,
+        "shell",
+        "-c",
+        "from shop.workflows import fulfilment; "
+        f"fulfilment.send({key!r}, 'START', order_id={key!r}, amount_cents=100)",
+    )
 
 
 def test_the_order_workflow_readme(
@@ -64,8 +79,15 @@ def test_the_order_workflow_readme(
     assert error["type"] == "TimeoutError"  # type: ignore[index]
     (tmp_path / "payment_slow").unlink()
 
-    manage(shop_env, "shell", "-c", "from shop.workflows import fulfilment; fulfilment.start('o-4')")
+    manage(
+        shop_env, "shell", "-c", "from shop.workflows import fulfilment; fulfilment.start('o-4')"
+    )
     assert _order(shop_env, "o-4")["value"] == "idle"
-    manage(shop_env, "shell", "-c", "from shop.workflows import fulfilment; "
-           "fulfilment.send_now('o-4', 'START', order_id='o-4')")
+    manage(
+        shop_env,
+        "shell",
+        "-c",
+        "from shop.workflows import fulfilment; "
+        "fulfilment.send_now('o-4', 'START', order_id='o-4')",
+    )
     wait_for(lambda: _order(shop_env, "o-4").get("value") == "completed")

@@ -53,7 +53,11 @@ def test_the_check_fails_when_a_model_gains_a_field() -> None:
         """
     )
     result = subprocess.run(
-        [sys.executable, "-c", code], check=False, cwd=ROOT, capture_output=True, text=True,
+        [sys.executable, "-c", code],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
         timeout=120,
     )
     assert result.returncode == 1, result.stderr
@@ -67,8 +71,7 @@ def test_every_field_has_a_verbose_name_and_help_text() -> None:
         f"{model.__name__}.{field.name}"
         for model in apps.get_app_config("xsm_celery").get_models()
         for field in model._meta.get_fields()
-        if field.concrete
-        and (not field.help_text or "verbose_name" not in field.deconstruct()[3])
+        if field.concrete and (not field.help_text or "verbose_name" not in field.deconstruct()[3])
     ]
     assert not missing
 

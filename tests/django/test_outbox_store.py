@@ -23,7 +23,9 @@ def outbox(db_alias: str, wall: Wall) -> DjangoOutboxStore:
 
 
 def _fill(outbox: DjangoOutboxStore, n: int) -> list[int]:
-    return [outbox.add("orders", Envelope.new(type="order.paid", subject=f"o-{i}")) for i in range(n)]
+    return [
+        outbox.add("orders", Envelope.new(type="order.paid", subject=f"o-{i}")) for i in range(n)
+    ]
 
 
 def _pay_then_fail(snapshots: DjangoSnapshotStore, outbox: DjangoOutboxStore) -> None:

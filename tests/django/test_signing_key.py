@@ -76,8 +76,18 @@ def test_a_settings_module_in_the_environment_is_enough() -> None:
         "from xsm_celery.celery.task.header import signing_key\n"
         "sys.stdout.write(signing_key({}).hex())\n"
     )
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.django.project.settings",
-           "PYTHONPATH": str(ROOT)}  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.django.project.settings",
+        "PYTHONPATH": str(ROOT),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        check=True,
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.stdout == _derived("xsm-celery-tests-only").hex()

@@ -60,7 +60,10 @@ def test_an_operator_opens_the_status_page_from_the_index(
     page.wait_for_url("**/admin/xsm_celery/status/")
     page.screenshot(path=str(SHOTS / "status-1-page.png"), full_page=True)
 
-    assert _cells(page, "xsm-dead-letters") == [["max_attempts", "0", "1"], ["worker_lost", "1", "1"]]
+    assert _cells(page, "xsm-dead-letters") == [
+        ["max_attempts", "0", "1"],
+        ["worker_lost", "1", "1"],
+    ]
     outbox, timers = _cells(page, "xsm-waiting")
     assert outbox[:2] == ["Outbox rows", "1"]
     assert timers[:2] == ["Durable timers", "1"]

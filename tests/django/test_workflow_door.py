@@ -39,8 +39,9 @@ def app() -> Iterator[Celery]:
 
 def _orders(app: Celery, alias: str) -> Workflow:
     store = "django" if alias == "default" else f"django://{alias}"
-    return Xsm(app).workflow(order_machine("wf_door.charge"), store=store,
-                             name=f"orders_{uuid.uuid4().hex[:6]}")  # fmt: skip
+    return Xsm(app).workflow(
+        order_machine("wf_door.charge"), store=store, name=f"orders_{uuid.uuid4().hex[:6]}"
+    )
 
 
 # Tables never migrated
@@ -66,8 +67,11 @@ def unmigrated(db_alias: str) -> Iterator[str]:
 def test_a_workflow_on_unmigrated_tables_says_run_migrate(app: Celery, unmigrated: str) -> None:
     """start(), send_now() and get() answer ConfigurationError naming the migrate command."""
     orders = _orders(app, unmigrated)
-    calls = [lambda: orders.start("o-1"), lambda: orders.send_now("o-1", "NOTE"),
-             lambda: orders.get("o-1")]  # fmt: skip
+    calls = [
+        lambda: orders.start("o-1"),
+        lambda: orders.send_now("o-1", "NOTE"),
+        lambda: orders.get("o-1"),
+    ]
     for call in calls:
         with pytest.raises(ConfigurationError, match=r"python manage\.py migrate") as caught:
             call()
@@ -114,8 +118,16 @@ def _audit(orders: Workflow, key: str) -> list[AuditEntry]:
 def _confirm(client: Client, orders: Workflow, key: str, payload: str) -> Any:
     view = orders.get(key)
     assert view is not None
-    return client.post(_send_url(orders, key), {"event": "NOTE", "payload": payload,
-                       "reason": "fix INC-7", "version": view.version, "confirm": "1"})  # fmt: skip
+    return client.post(
+        _send_url(orders, key),
+        {
+            "event": "NOTE",
+            "payload": payload,
+            "reason": "fix INC-7",
+            "version": view.version,
+            "confirm": "1",
+        },
+    )
 
 
 def test_an_event_id_in_the_payload_is_data_not_the_dedup_id(app: Celery, operator: Client) -> None:
@@ -141,8 +153,16 @@ def test_a_send_answered_as_duplicate_is_audited_and_shown_as_such(
     view = orders.get("o-3")
     assert view is not None
     url = _send_url(orders, "o-3")
-    dry = operator.post(url, {"event": "NOTE", "payload": "{}", "reason": "fix INC-8",
-                              "version": view.version, "dry_run": "1"}).content.decode()  # fmt: skip
+    dry = operator.post(
+        url,
+        {
+            "event": "NOTE",
+            "payload": "{}",
+            "reason": "fix INC-8",
+            "version": view.version,
+            "dry_run": "1",
+        },
+    ).content.decode()
     found = re.search(r'name="send_id" value="([^"]+)"', dry)
     assert found is not None
     send_id = found.group(1)
@@ -155,9 +175,18 @@ def test_a_send_answered_as_duplicate_is_audited_and_shown_as_such(
         return real_step(key, message)
 
     monkeypatch.setattr(orders, "step", racing_click)
-    sent = operator.post(url, {"event": "NOTE", "payload": "{}", "reason": "fix INC-8",
-                               "version": view.version, "send_id": send_id, "confirm": "1"},
-                         follow=True).content.decode()  # fmt: skip
+    sent = operator.post(
+        url,
+        {
+            "event": "NOTE",
+            "payload": "{}",
+            "reason": "fix INC-8",
+            "version": view.version,
+            "send_id": send_id,
+            "confirm": "1",
+        },
+        follow=True,
+    ).content.decode()
     after = orders.get("o-3")
     assert after is not None
     assert after.context["events"] == 1
@@ -170,9 +199,11 @@ def test_a_send_answered_as_duplicate_is_audited_and_shown_as_such(
 
 @pytest.mark.parametrize(
     ("payload", "error"),
-    [("[" * 5_000 + "]" * 5_000, "nested too deeply"),
-     ('{"a": ' * 40 + "1" + "}" * 40, "nested more than 32")],
-)  # fmt: skip
+    [
+        ("[" * 5_000 + "]" * 5_000, "nested too deeply"),
+        ('{"a": ' * 40 + "1" + "}" * 40, "nested more than 32"),
+    ],
+)
 def test_a_deeply_nested_payload_is_a_form_error_not_a_server_error(
     app: Celery, operator: Client, payload: str, error: str
 ) -> None:

@@ -63,7 +63,9 @@ def test_a_step_writes_its_summary_and_transitions_with_the_snapshot(
         ("start", "", "order.created"),
         ("event", "order.created", "order.charging"),
     ]
-    assert OutboxMessage.objects.using(db_alias).filter(subject=orders.store_key("o-1")).count() == 1
+    assert (
+        OutboxMessage.objects.using(db_alias).filter(subject=orders.store_key("o-1")).count() == 1
+    )
 
 
 def test_a_rolled_back_step_writes_no_journal_row(app: Celery, db_alias: str) -> None:
@@ -96,8 +98,9 @@ def test_the_list_filters_and_searches_instances(app: Celery, operator: Client) 
     one = operator.get("/admin/xsm_celery/workflowinstance/", {"q": "beta"}).content.decode()
     assert "beta-2" in one
     assert "alpha-1" not in one
-    filtered = operator.get("/admin/xsm_celery/workflowinstance/",
-                            {"state": "order.created"}).content.decode()  # fmt: skip
+    filtered = operator.get(
+        "/admin/xsm_celery/workflowinstance/", {"state": "order.created"}
+    ).content.decode()
     assert "alpha-1" in filtered
     assert "beta-2" not in filtered
 
@@ -134,19 +137,37 @@ def test_an_operator_sends_an_event_after_a_dry_run_with_a_reason(
     assert 'name="confirm"' not in form
     view = orders.get("o-4")
     assert view is not None
-    dry = operator.post(url, {"event": "PAY", "payload": '{"total": 8}', "reason": "stuck INC-9",
-                              "version": view.version, "dry_run": "1"}).content.decode()  # fmt: skip
+    dry = operator.post(
+        url,
+        {
+            "event": "PAY",
+            "payload": '{"total": 8}',
+            "reason": "stuck INC-9",
+            "version": view.version,
+            "dry_run": "1",
+        },
+    ).content.decode()
     assert "order.created -&gt; order.charging" in dry
     assert 'name="confirm"' in dry
     still = orders.get("o-4")
     assert still is not None
     assert still.value == "created"
-    missing = operator.post(url, {"event": "PAY", "payload": "{}", "reason": "",
-                                  "version": view.version, "confirm": "1"})  # fmt: skip
+    missing = operator.post(
+        url,
+        {"event": "PAY", "payload": "{}", "reason": "", "version": view.version, "confirm": "1"},
+    )
     assert missing.status_code == 200
     assert orders.get("o-4").value == "created"  # type: ignore[union-attr]
-    sent = operator.post(url, {"event": "PAY", "payload": '{"total": 8}', "reason": "stuck INC-9",
-                               "version": view.version, "confirm": "1"})  # fmt: skip
+    sent = operator.post(
+        url,
+        {
+            "event": "PAY",
+            "payload": '{"total": 8}',
+            "reason": "stuck INC-9",
+            "version": view.version,
+            "confirm": "1",
+        },
+    )
     assert sent.status_code == 302
     after = orders.get("o-4")
     assert after is not None
@@ -170,8 +191,10 @@ def test_sending_needs_the_change_permission(app: Celery, sqlite_db: str) -> Non
     page = client.get(f"/admin/xsm_celery/workflowinstance/{row.pk}/change/")
     assert page.status_code == 200
     assert 'id="xsm-send-event"' not in page.content.decode()
-    posted = client.post(f"/admin/xsm_celery/workflowinstance/{row.pk}/send-event/",
-                         {"event": "PAY", "reason": "let me", "confirm": "1"})  # fmt: skip
+    posted = client.post(
+        f"/admin/xsm_celery/workflowinstance/{row.pk}/send-event/",
+        {"event": "PAY", "reason": "let me", "confirm": "1"},
+    )
     assert posted.status_code == 403
     assert orders.get("o-5").value == "created"  # type: ignore[union-attr]
 
@@ -185,20 +208,27 @@ def test_a_stuck_saga_compensation_is_listed_in_the_dead_letter_admin(
     from xsm_celery.engine import MachineLogic, create_machine
     from xsm_celery.patterns import SagaBuilder
 
-    saga = (SagaBuilder("fulfil", start_event="START")
-            .step("reserve", invoke="reserveStock", compensate="releaseStock")
-            .step("charge", invoke="chargeCard"))  # fmt: skip
-    services = {name: celery_service(f"shop.{name}") for name in
-                ("reserveStock", "releaseStock", "chargeCard")}  # fmt: skip
-    machine = create_machine(saga.build(), logic=saga.logic().merge(MachineLogic(services=services)))
+    saga = (
+        SagaBuilder("fulfil", start_event="START")
+        .step("reserve", invoke="reserveStock", compensate="releaseStock")
+        .step("charge", invoke="chargeCard")
+    )
+    services = {
+        name: celery_service(f"shop.{name}")
+        for name in ("reserveStock", "releaseStock", "chargeCard")
+    }
+    machine = create_machine(
+        saga.build(), logic=saga.logic().merge(MachineLogic(services=services))
+    )
     fulfil = Xsm(app).workflow(machine, store="django", name=f"fulfil_{uuid.uuid4().hex[:6]}")
 
     def answer(kind: str, data: object) -> None:
         view = fulfil.get("o-9")
         assert view is not None
         [(invoke, task_id)] = view.waiting_for.items()
-        fulfil.step("o-9", Message(f"{kind}:{task_id}", kind, invoke=invoke, dispatch=task_id,
-                                   data=data))  # fmt: skip
+        fulfil.step(
+            "o-9", Message(f"{kind}:{task_id}", kind, invoke=invoke, dispatch=task_id, data=data)
+        )
 
     fulfil.send_now("o-9", "START", order=9)
     answer("done", "reserved")

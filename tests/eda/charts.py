@@ -27,7 +27,10 @@ def counter() -> Machine:
             "states": {
                 "on": {
                     "on": {
-                        "INC": {"actions": "inc", "meta": {"publish": {"type": "counter.inc", "data": ["count"]}}},
+                        "INC": {
+                            "actions": "inc",
+                            "meta": {"publish": {"type": "counter.inc", "data": ["count"]}},
+                        },
                         "FAIL": {"actions": "boom"},
                         "STOP": {"target": "done"},
                     }

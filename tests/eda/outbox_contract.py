@@ -143,7 +143,10 @@ class OutboxStoreContract:
         """record_refusal counts the owner's row, drops its lease, and keeps it pending."""
         self._fill(outbox, 2)
         first = outbox.claim(1, "relay-a", 30)[0]
-        assert outbox.record_refusal(first.seq, "relay-a", "PreconditionFailed: no", max_attempts=3) == 1
+        assert (
+            outbox.record_refusal(first.seq, "relay-a", "PreconditionFailed: no", max_attempts=3)
+            == 1
+        )
         assert outbox.count(pending_only=True) == 2
         assert outbox.count(failed_only=True) == 0
         assert outbox.claim(5, "relay-b", 30)[0].seq == first.seq
@@ -165,7 +168,10 @@ class OutboxStoreContract:
         bad = outbox.pending()[1]
         for attempt in range(1, 4):
             outbox.claim(3, "relay-a", 30)
-            assert outbox.record_refusal(bad.seq, "relay-a", f"refused #{attempt}", max_attempts=3) == attempt
+            assert (
+                outbox.record_refusal(bad.seq, "relay-a", f"refused #{attempt}", max_attempts=3)
+                == attempt
+            )
             outbox.release([r.seq for r in outbox.pending()], "relay-a")
         assert [r.envelope for r in outbox.pending()] == [envs[0], envs[2]]
         assert [r.envelope for r in outbox.claim(10, "relay-b", 30)] == [envs[0], envs[2]]
@@ -174,7 +180,11 @@ class OutboxStoreContract:
         assert outbox.count(failed_only=True) == 1
         [failed] = outbox.failed()
         assert (failed.seq, failed.topic, failed.envelope) == (bad.seq, "orders", envs[1])
-        assert (failed.attempts, failed.last_error, failed.failed_at) == (3, "refused #3", clock.now)
+        assert (failed.attempts, failed.last_error, failed.failed_at) == (
+            3,
+            "refused #3",
+            clock.now,
+        )
         clock.advance(10_000)
         assert outbox.purge_sent(older_than_s=1) == 0, "a failed row is not sent: never purged"
         assert outbox.record_refusal(bad.seq, "relay-b", "late", max_attempts=3) == 0

@@ -24,7 +24,9 @@ from xsm_celery.engine import Machine, create_machine
 from xsm_celery.errors import MissingExtraError
 from xsm_celery.patterns import RetryPolicy, SagaBuilder
 
-SHARED_SCHEMA = Path(__file__).resolve().parents[3] / "shared" / "asyncapi" / "asyncapi-3.0.0.schema.json"
+SHARED_SCHEMA = (
+    Path(__file__).resolve().parents[3] / "shared" / "asyncapi" / "asyncapi-3.0.0.schema.json"
+)
 SERVER = {"host": "localhost:9092", "protocol": "kafka"}
 
 
@@ -37,8 +39,10 @@ def order() -> Machine:
             "states": {
                 "open": {
                     "on": {
-                        "PAY": {"target": "paid",
-                                "meta": {"publish": {"type": "order.paid", "data": ["total"]}}},
+                        "PAY": {
+                            "target": "paid",
+                            "meta": {"publish": {"type": "order.paid", "data": ["total"]}},
+                        },
                         "CANCEL": {"target": "cancelled", "meta": {"publish": "order.cancelled"}},
                     }
                 },
@@ -46,7 +50,7 @@ def order() -> Machine:
                 "cancelled": {"type": "final", "tags": ["publish"]},
             },
         }
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -129,14 +133,25 @@ def test_a_saga_document_consumes_start_only_and_publishes_its_step_events() -> 
     """Engine events never appear as consumable; every step's integration event is published."""
     saga = (
         SagaBuilder("fulfil", start_event="START")
-        .step("reserve", invoke="r", compensate="u", timeout_ms=5000, retry=RetryPolicy(max_attempts=2))
+        .step(
+            "reserve",
+            invoke="r",
+            compensate="u",
+            timeout_ms=5000,
+            retry=RetryPolicy(max_attempts=2),
+        )
         .step("charge", invoke="c")
     )
     doc = asyncapi_document(create_machine(saga.build()), SERVER)
     assert list(doc["channels"]["inbound"]["messages"]) == ["xsm.fulfil.START"]
     published = set(doc["channels"]["outbound"]["messages"])
-    assert {"fulfil.reserve.completed", "fulfil.reserve.failed", "fulfil.reserve.retrying",
-            "fulfil.reserve.compensated", "fulfil.charge.completed"} <= published  # fmt: skip
+    assert {
+        "fulfil.reserve.completed",
+        "fulfil.reserve.failed",
+        "fulfil.reserve.retrying",
+        "fulfil.reserve.compensated",
+        "fulfil.charge.completed",
+    } <= published
     validate_asyncapi(doc)
 
 
@@ -144,9 +159,11 @@ def test_a_workflow_names_its_celery_queue_with_channel_bindings() -> None:
     """inbound_topic plus amqp bindings describe the queue a workflow's events arrive on."""
     bindings = {"amqp": {"is": "queue", "queue": {"name": "orders", "durable": True}}}
     doc = asyncapi_document(
-        order(), {"host": "localhost:5672", "protocol": "amqp"},
-        inbound_topic="orders", inbound_bindings=bindings,
-    )  # fmt: skip
+        order(),
+        {"host": "localhost:5672", "protocol": "amqp"},
+        inbound_topic="orders",
+        inbound_bindings=bindings,
+    )
     assert doc["channels"]["inbound"]["bindings"] == bindings
     assert doc["channels"]["inbound"]["address"] == "orders"
     validate_asyncapi(doc)
@@ -155,10 +172,15 @@ def test_a_workflow_names_its_celery_queue_with_channel_bindings() -> None:
 def test_types_with_characters_asyncapi_keys_refuse_are_made_safe() -> None:
     """A publish type like 'billing/invoice:paid' keeps its name but gets a legal key."""
     machine = create_machine(
-        {"id": "bill", "initial": "a",
-         "states": {"a": {"on": {"GO": {"target": "b", "meta": {"publish": "billing/invoice:paid"}}}},
-                    "b": {"type": "final"}}}
-    )  # fmt: skip
+        {
+            "id": "bill",
+            "initial": "a",
+            "states": {
+                "a": {"on": {"GO": {"target": "b", "meta": {"publish": "billing/invoice:paid"}}}},
+                "b": {"type": "final"},
+            },
+        }
+    )
     doc = asyncapi_document(machine, SERVER)
     message = doc["components"]["messages"]["billing_invoice_paid"]
     assert message["name"] == "billing/invoice:paid"
@@ -263,11 +285,20 @@ def test_consumed_events_and_publish_specs_feed_the_document() -> None:
 def test_types_that_sanitise_to_the_same_key_stay_apart() -> None:
     """'a/b' and 'a_b' get different keys, so neither message hides the other."""
     machine = create_machine(
-        {"id": "m", "initial": "a",
-         "states": {"a": {"on": {"X": {"target": "b", "meta": {"publish": "a/b"}},
-                                 "Y": {"target": "b", "meta": {"publish": "a_b"}}}},
-                    "b": {"type": "final"}}}
-    )  # fmt: skip
+        {
+            "id": "m",
+            "initial": "a",
+            "states": {
+                "a": {
+                    "on": {
+                        "X": {"target": "b", "meta": {"publish": "a/b"}},
+                        "Y": {"target": "b", "meta": {"publish": "a_b"}},
+                    }
+                },
+                "b": {"type": "final"},
+            },
+        }
+    )
     doc = asyncapi_document(machine, SERVER)
     names = {m["name"] for m in doc["components"]["messages"].values()}
     assert {"a/b", "a_b"} <= names

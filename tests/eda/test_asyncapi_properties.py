@@ -14,10 +14,12 @@ from xsm_celery.engine import create_machine
 PUBLISH = st.one_of(
     st.just(True),
     st.text(alphabet="abcxyz./:- ", min_size=1, max_size=12).filter(str.strip),
-    st.builds(lambda t, f: {"type": t, "data": f},
-              st.sampled_from(["a.b", "x/y", "thing.done"]),
-              st.lists(st.sampled_from(["n", "total", "steps"]), max_size=3)),
-)  # fmt: skip
+    st.builds(
+        lambda t, f: {"type": t, "data": f},
+        st.sampled_from(["a.b", "x/y", "thing.done"]),
+        st.lists(st.sampled_from(["n", "total", "steps"]), max_size=3),
+    ),
+)
 
 
 def _with_publications(chart: dict[str, Any], draw: st.DrawFn) -> dict[str, Any]:

@@ -38,10 +38,14 @@ def _grow(i: Any, ctx: dict[str, Any], e: Any, a: Any) -> None:
 def _growing() -> Any:
     """``grow``: GROW copies the payload's blob into the context."""
     return create_machine(
-        {"id": "grow", "initial": "on", "context": {},
-         "states": {"on": {"on": {"GROW": {"actions": "grow"}}}}},
+        {
+            "id": "grow",
+            "initial": "on",
+            "context": {},
+            "states": {"on": {"on": {"GROW": {"actions": "grow"}}}},
+        },
         logic=MachineLogic(actions={"grow": _grow}),
-    )  # fmt: skip
+    )
 
 
 def _free_port() -> int:
@@ -65,8 +69,14 @@ def pg_url(postgres_url: str) -> Iterator[str]:
 
 
 def _raw(**changes: Any) -> dict[str, Any]:
-    raw = {"specversion": "1.0", "id": "e-1", "type": "xsm.counter.INC", "source": "shop",
-           "subject": "c-1", "data": {"n": 1}}  # fmt: skip
+    raw = {
+        "specversion": "1.0",
+        "id": "e-1",
+        "type": "xsm.counter.INC",
+        "source": "shop",
+        "subject": "c-1",
+        "data": {"n": 1},
+    }
     raw.update(changes)
     return raw
 
@@ -92,8 +102,7 @@ def test_duplicate_json_keys_are_corrupt() -> None:
 def test_duplicate_keys_are_dead_lettered_as_corrupt_on_the_first_delivery() -> None:
     """The dispatcher dead-letters a duplicate-key envelope at once, reason ``corrupt``."""
     dlq = MemoryDeadLetterStore()
-    dispatcher = InboundDispatcher(MemoryStore(), {"xsm.counter.INC": counter()},
-                                   dead_letters=dlq)  # fmt: skip
+    dispatcher = InboundDispatcher(MemoryStore(), {"xsm.counter.INC": counter()}, dead_letters=dlq)
     result = dispatcher.handle(json.dumps(_raw())[:-1] + ', "subject": "c-2"}')
     assert result.dead_lettered == 1
     assert [r.reason for r in dlq.all()] == ["corrupt"]
@@ -103,10 +112,13 @@ def test_duplicate_keys_are_dead_lettered_as_corrupt_on_the_first_delivery() -> 
 def test_a_context_over_the_snapshot_cap_is_dead_lettered_not_requeued() -> None:
     """A step whose snapshot the store refuses is counted and dead-lettered on delivery one."""
     dlq = MemoryDeadLetterStore()
-    dispatcher = InboundDispatcher(MemoryStore(max_bytes=2048), {"xsm.grow.GROW": _growing()},
-                                   dead_letters=dlq, max_attempts=5)  # fmt: skip
+    dispatcher = InboundDispatcher(
+        MemoryStore(max_bytes=2048), {"xsm.grow.GROW": _growing()}, dead_letters=dlq, max_attempts=5
+    )
     broker = SyncFakeBrokerAdapter()
-    broker.deliver("in", Envelope.new(type="xsm.grow.GROW", subject="g-1", data={"blob": "x" * 4096}))
+    broker.deliver(
+        "in", Envelope.new(type="xsm.grow.GROW", subject="g-1", data={"blob": "x" * 4096})
+    )
     broker.deliver("in", Envelope.new(type="xsm.grow.GROW", subject="g-1", data={"blob": "ok"}))
     result = dispatcher.run_once_sync(broker, "in")
     assert result.dead_lettered == 1
@@ -126,8 +138,9 @@ def test_an_outage_is_still_requeued_without_counting() -> None:
             raise StoreUnavailableError("down")
 
     dlq = MemoryDeadLetterStore()
-    dispatcher = InboundDispatcher(Down(), {"xsm.counter.INC": counter()}, dead_letters=dlq,
-                                   max_attempts=1)  # fmt: skip
+    dispatcher = InboundDispatcher(
+        Down(), {"xsm.counter.INC": counter()}, dead_letters=dlq, max_attempts=1
+    )
     broker = SyncFakeBrokerAdapter()
     broker.deliver("in", Envelope.new(type="xsm.counter.INC", subject="c-1"))
     for _ in range(3):
@@ -142,11 +155,17 @@ def test_postgres_keeps_every_key_the_envelope_accepts(pg_url: str) -> None:
     store = SQLAlchemyStore(pg_url)
     inbox = SQLAlchemyInbox(store)
     dlq = MemoryDeadLetterStore()
-    dispatcher = InboundDispatcher(store, {"xsm.counter.INC": counter()}, inbox=inbox,
-                                   dead_letters=dlq)  # fmt: skip
+    dispatcher = InboundDispatcher(
+        store, {"xsm.counter.INC": counter()}, inbox=inbox, dead_letters=dlq
+    )
     longest = MAX_KEY_LENGTH
-    env = Envelope.new(type="xsm.counter.INC", subject="s" * longest, source="q" * longest,
-                       id="i" * longest, data={"n": 1})  # fmt: skip
+    env = Envelope.new(
+        type="xsm.counter.INC",
+        subject="s" * longest,
+        source="q" * longest,
+        id="i" * longest,
+        data={"n": 1},
+    )
     assert dispatcher.handle(env).processed == 1, dlq.all()
     assert dispatcher.handle(env).duplicates == 1
     assert store.load("s" * longest) is not None
@@ -189,8 +208,9 @@ def test_redis_refusal_and_outage_are_told_apart(redis_url: str) -> None:
 
     from xsm_celery.redis import RedisInbox
 
-    down = RedisInbox(redis.Redis.from_url(f"redis://127.0.0.1:{_free_port()}/0",
-                                           socket_connect_timeout=1))  # fmt: skip
+    down = RedisInbox(
+        redis.Redis.from_url(f"redis://127.0.0.1:{_free_port()}/0", socket_connect_timeout=1)
+    )
     with pytest.raises(StoreUnavailableError):
         down.get("scope", "key")
     client = redis.Redis.from_url(redis_url)

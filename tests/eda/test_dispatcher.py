@@ -218,7 +218,9 @@ class TestOrder:
             {"id": "slow", "initial": "s", "states": {"s": {"on": {"GO": {"actions": "slow"}}}}},
             logic=MachineLogic(actions={"slow": slow}),
         )
-        dispatcher, _, _ = _dispatcher(types={"xsm.slow.GO": machine}, max_in_flight=3, offload=True)
+        dispatcher, _, _ = _dispatcher(
+            types={"xsm.slow.GO": machine}, max_in_flight=3, offload=True
+        )
         broker = FakeBrokerAdapter()
 
         async def scenario() -> DispatchResult:
@@ -323,8 +325,19 @@ class TestFailure:
         from xsm_celery import MachineLogic, create_machine
 
         machine = create_machine(
-            {"id": "m", "initial": "a", "context": {}, "states": {"a": {"on": {"GO": {
-                "target": "b", "actions": "late", "meta": {"publish": "m.moved"}}}}, "b": {}}},
+            {
+                "id": "m",
+                "initial": "a",
+                "context": {},
+                "states": {
+                    "a": {
+                        "on": {
+                            "GO": {"target": "b", "actions": "late", "meta": {"publish": "m.moved"}}
+                        }
+                    },
+                    "b": {},
+                },
+            },
             logic=MachineLogic(actions={"late": fail_after_inc}),
         )
         dispatcher.machine_for_type = {"xsm.m.GO": machine}
@@ -399,18 +412,69 @@ class TestUnknownAndCorrupt:
         [
             ("{not json", "not JSON"),
             ('{"specversion": "1.0", "id": "i", "source": "s", "subject": "x"}', "'type' missing"),
-            (json.dumps({"specversion": "1.0", "id": "i", "type": "xsm.counter.INC", "source": "s",
-                         "subject": "x", "authorization": "Bearer t"}), "credential-bearing"),
-            (json.dumps({"specversion": "1.0", "id": "i", "type": "xsm.counter.INC", "source": "s",
-                         "subject": "x", "data": {"d": json.loads("[" * 80 + "]" * 80)}}),
-             "nested deeper than 64"),
+            (
+                json.dumps(
+                    {
+                        "specversion": "1.0",
+                        "id": "i",
+                        "type": "xsm.counter.INC",
+                        "source": "s",
+                        "subject": "x",
+                        "authorization": "Bearer t",
+                    }
+                ),
+                "credential-bearing",
+            ),
+            (
+                json.dumps(
+                    {
+                        "specversion": "1.0",
+                        "id": "i",
+                        "type": "xsm.counter.INC",
+                        "source": "s",
+                        "subject": "x",
+                        "data": {"d": json.loads("[" * 80 + "]" * 80)},
+                    }
+                ),
+                "nested deeper than 64",
+            ),
             ("[" * 100_000 + "]" * 100_000, "nested deeper"),
-            (json.dumps({"specversion": "1.0", "id": "i", "type": "xsm.counter.INC", "source": "s",
-                         "subject": "x", "data": {"blob": "x" * 1_100_000}}), "cap"),
-            (json.dumps({"specversion": "1.0", "id": "i", "type": "xsm.counter.INC", "source": "s",
-                         "subject": "x", "traceparent": "nope"}), "traceparent"),
+            (
+                json.dumps(
+                    {
+                        "specversion": "1.0",
+                        "id": "i",
+                        "type": "xsm.counter.INC",
+                        "source": "s",
+                        "subject": "x",
+                        "data": {"blob": "x" * 1_100_000},
+                    }
+                ),
+                "cap",
+            ),
+            (
+                json.dumps(
+                    {
+                        "specversion": "1.0",
+                        "id": "i",
+                        "type": "xsm.counter.INC",
+                        "source": "s",
+                        "subject": "x",
+                        "traceparent": "nope",
+                    }
+                ),
+                "traceparent",
+            ),
         ],
-        ids=["not-json", "missing-type", "credential", "deep", "parser-deep", "oversized", "traceparent"],
+        ids=[
+            "not-json",
+            "missing-type",
+            "credential",
+            "deep",
+            "parser-deep",
+            "oversized",
+            "traceparent",
+        ],
     )
     def test_malformed_envelopes_are_dead_lettered_as_corrupt(self, raw: str, message: str) -> None:
         """Malformed, credential-bearing, deep and oversized envelopes: corrupt, not raised."""
@@ -558,7 +622,11 @@ def test_malformed_publish_meta_fails_loudly_at_construction() -> None:
     from xsm_celery import create_machine
 
     machine = create_machine(
-        {"id": "m", "initial": "a", "states": {"a": {"on": {"GO": {"target": "a", "meta": {"publish": 5}}}}}}
+        {
+            "id": "m",
+            "initial": "a",
+            "states": {"a": {"on": {"GO": {"target": "a", "meta": {"publish": 5}}}}},
+        }
     )
     with pytest.raises(ValueError, match=r"meta\.publish"):
         _dispatcher(types={"xsm.m.GO": machine})

@@ -148,7 +148,8 @@ def test_attribute_name_as_extension_is_corrupt() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["authorization", "cookie", "accesstoken", "tokenid", "clientsecret", "apikey", "password"]
+    "name",
+    ["authorization", "cookie", "accesstoken", "tokenid", "clientsecret", "apikey", "password"],
 )
 def test_credential_bearing_extension_is_refused(name: str) -> None:
     """Extension names that carry credentials are refused, on build and on decode."""
@@ -334,7 +335,9 @@ def test_correlation_falls_back_to_the_cause_id() -> None:
 
 def test_trusted_json_equals_the_validated_decode() -> None:
     """from_trusted_json gives the same envelope as from_json and re-sends the same text."""
-    env = Envelope.new(type="order.paid", subject="o-1", data={"total": 5}, extensions={"tenant": "t"})
+    env = Envelope.new(
+        type="order.paid", subject="o-1", data={"total": 5}, extensions={"tenant": "t"}
+    )
     text = env.to_json()
     trusted = Envelope.from_trusted_json(text)
     assert trusted == Envelope.from_json(text)

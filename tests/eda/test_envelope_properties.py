@@ -15,14 +15,21 @@ _json_scalar = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.tex
 _json_finite = _json_scalar | st.floats(allow_nan=False, allow_infinity=False)
 _json = st.recursive(
     _json_finite,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
     max_leaves=20,
 )
 _ext_name = st.text(string.ascii_lowercase + string.digits, min_size=1, max_size=20).filter(
-    lambda n: n not in {"id", "type", "source", "subject", "time", "data", "specversion"}
-    and not any(m in n for m in ("authorization", "cookie", "token", "secret", "apikey", "password"))
-    and n not in {"datacontenttype", "correlationid", "causationid", "machineid", "machineversion"}
-    and n not in {"traceparent", "xsmattempt"}
+    lambda n: (
+        n not in {"id", "type", "source", "subject", "time", "data", "specversion"}
+        and not any(
+            m in n for m in ("authorization", "cookie", "token", "secret", "apikey", "password")
+        )
+        and n
+        not in {"datacontenttype", "correlationid", "causationid", "machineid", "machineversion"}
+        and n not in {"traceparent", "xsmattempt"}
+    )
 )
 _ext_value = st.text(max_size=20) | st.integers(-(2**53), 2**53) | st.booleans()
 

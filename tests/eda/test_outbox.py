@@ -34,7 +34,10 @@ def _tagged() -> Any:
             "context": {"owner": "ana", "password": "hunter2", "_xsm_errors": []},
             "states": {
                 "new": {"on": {"OPEN": "open", "NOTE": {"meta": {"publish": True}}}},
-                "open": {"tags": [PUBLISH_TAG], "on": {"CLOSE": {"target": "closed", "meta": {"publish": True}}}},
+                "open": {
+                    "tags": [PUBLISH_TAG],
+                    "on": {"CLOSE": {"target": "closed", "meta": {"publish": True}}},
+                },
                 "closed": {"type": "final"},
             },
         }
@@ -52,17 +55,25 @@ def test_publish_specs_lists_every_declaration() -> None:
     """publish_specs returns transition and tagged-state publications."""
     specs = publish_specs(_tagged())
     assert PublishSpec("state", "acct.open", None, "xsm.acct.transition.open", None) in specs
-    assert PublishSpec("transition", "acct.open", "CLOSE", "xsm.acct.transition.closed", ()) in specs
+    assert (
+        PublishSpec("transition", "acct.open", "CLOSE", "xsm.acct.transition.closed", ()) in specs
+    )
     assert PublishSpec("transition", "acct.new", "NOTE", "xsm.acct.transition.new", ()) in specs
     [paid] = publish_specs(order())
     assert paid == PublishSpec("transition", "order.open", "PAY", "order.paid", ("total",))
 
 
-@pytest.mark.parametrize("bad", [5, "", {"type": ""}, {"type": "t", "data": "total"}, {"type": "t", "extra": 1}, [1]])
+@pytest.mark.parametrize(
+    "bad", [5, "", {"type": ""}, {"type": "t", "data": "total"}, {"type": "t", "extra": 1}, [1]]
+)
 def test_malformed_publish_fails_loudly(bad: object) -> None:
     """A malformed meta.publish raises ValueError naming the path."""
     machine = create_machine(
-        {"id": "m", "initial": "a", "states": {"a": {"on": {"GO": {"target": "a", "meta": {"publish": bad}}}}}}
+        {
+            "id": "m",
+            "initial": "a",
+            "states": {"a": {"on": {"GO": {"target": "a", "meta": {"publish": bad}}}}},
+        }
     )
     with pytest.raises(ValueError, match="publish"):
         publish_specs(machine)
@@ -71,7 +82,11 @@ def test_malformed_publish_fails_loudly(bad: object) -> None:
 def test_malformed_publish_inside_persisted_saves_nothing() -> None:
     """Inside persisted(), a malformed publication fails the save instead of vanishing."""
     machine = create_machine(
-        {"id": "m", "initial": "a", "states": {"a": {"on": {"GO": {"target": "a", "meta": {"publish": 5}}}}}}
+        {
+            "id": "m",
+            "initial": "a",
+            "states": {"a": {"on": {"GO": {"target": "a", "meta": {"publish": 5}}}}},
+        }
     )
     store, outbox = MemoryStore(), MemoryOutboxStore()
 
@@ -109,7 +124,11 @@ def test_type_only_and_true_forms() -> None:
     interp.send("OPEN")
     interp.send("CLOSE")
     types = [r.envelope.type for r in outbox.pending()]
-    assert types == ["xsm.acct.transition.new", "xsm.acct.transition.open", "xsm.acct.transition.closed"]
+    assert types == [
+        "xsm.acct.transition.new",
+        "xsm.acct.transition.open",
+        "xsm.acct.transition.closed",
+    ]
 
 
 def test_tagged_state_publishes_the_redacted_public_context() -> None:
@@ -169,7 +188,9 @@ class TestSQLiteTransactional:
         plugins = [OutboxPlugin(outbox), FailAfterWrite()]
 
         def run() -> None:
-            with persisted(store, "o-1", order(), lock=PessimisticLock(), plugins=plugins) as interp:
+            with persisted(
+                store, "o-1", order(), lock=PessimisticLock(), plugins=plugins
+            ) as interp:
                 interp.send("PAY", total=3)
 
         with pytest.raises(RuntimeError, match="forced failure after the write"):
@@ -197,8 +218,13 @@ class TestSQLiteTransactional:
     def test_clean_exit_commits_both(self, tmp_path: Path) -> None:
         """A clean block leaves the snapshot and its row, visible from another connection."""
         store = SQLiteStore(tmp_path / "state.db")
-        with persisted(store, "o-1", order(), lock=PessimisticLock(),
-                       plugins=[OutboxPlugin(SQLiteOutboxStore(store))]) as interp:  # fmt: skip
+        with persisted(
+            store,
+            "o-1",
+            order(),
+            lock=PessimisticLock(),
+            plugins=[OutboxPlugin(SQLiteOutboxStore(store))],
+        ) as interp:
             interp.send("PAY", total=3)
         other = SQLiteOutboxStore(tmp_path / "state.db")
         assert other.count(pending_only=True) == 1
@@ -259,13 +285,28 @@ def test_logic_actions_do_not_leak_between_instances() -> None:
     plugin = OutboxPlugin(outbox)
     store = MemoryStore()
     machine = create_machine(
-        {"id": "c", "initial": "a", "context": {"n": 0}, "states": {"a": {"on": {"GO": {
-            "actions": "inc", "meta": {"publish": {"type": "c.went", "data": ["n"]}}}}}}},
+        {
+            "id": "c",
+            "initial": "a",
+            "context": {"n": 0},
+            "states": {
+                "a": {
+                    "on": {
+                        "GO": {
+                            "actions": "inc",
+                            "meta": {"publish": {"type": "c.went", "data": ["n"]}},
+                        }
+                    }
+                }
+            },
+        },
         logic=MachineLogic(actions={"inc": lambda i, ctx, e, a: ctx.update(n=ctx["n"] + 1)}),
     )
     for key in ("a", "b", "a"):
         with persisted(store, key, machine, plugins=[plugin]) as interp:
             interp.send("GO")
     assert [(r.envelope.subject, r.envelope.data["n"]) for r in outbox.pending()] == [
-        ("a", 1), ("b", 1), ("a", 2)
+        ("a", 1),
+        ("b", 1),
+        ("a", 2),
     ]

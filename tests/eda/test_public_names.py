@@ -8,25 +8,61 @@ import pytest
 
 NAMES = {
     "xsm_celery.eda": [
-        "Envelope", "EnvelopeCorruptError", "EnvelopeTooLargeError", "BrokerAdapter",
-        "SyncBrokerAdapter", "Delivery", "FakeBrokerAdapter", "SyncFakeBrokerAdapter",
-        "BrokerPublishError", "InboundDispatcher", "DispatchResult", "OutboxPlugin",
-        "OutboxStore", "OutboxRecord", "OutboxRelay", "MemoryOutboxStore", "SQLiteOutboxStore",
-        "DeadLetter", "DeadLetterPlugin", "DeadLetterStore", "MemoryDeadLetterStore",
-        "SQLiteDeadLetterStore", "BrokerDeadLetterSink", "ReplayResult", "ReplayRefusedError",
-        "replay_dead_letter", "redact_record", "consumed_events", "publish_specs",
-        "default_event_name", "dlq_topic", "new_id",
+        "Envelope",
+        "EnvelopeCorruptError",
+        "EnvelopeTooLargeError",
+        "BrokerAdapter",
+        "SyncBrokerAdapter",
+        "Delivery",
+        "FakeBrokerAdapter",
+        "SyncFakeBrokerAdapter",
+        "BrokerPublishError",
+        "InboundDispatcher",
+        "DispatchResult",
+        "OutboxPlugin",
+        "OutboxStore",
+        "OutboxRecord",
+        "OutboxRelay",
+        "MemoryOutboxStore",
+        "SQLiteOutboxStore",
+        "DeadLetter",
+        "DeadLetterPlugin",
+        "DeadLetterStore",
+        "MemoryDeadLetterStore",
+        "SQLiteDeadLetterStore",
+        "BrokerDeadLetterSink",
+        "ReplayResult",
+        "ReplayRefusedError",
+        "replay_dead_letter",
+        "redact_record",
+        "consumed_events",
+        "publish_specs",
+        "default_event_name",
+        "dlq_topic",
+        "new_id",
     ],
     "xsm_celery.persistence": [
-        "MemoryStore", "MemoryInbox", "SQLiteInbox", "OptimisticLock", "PessimisticLock",
-        "IdempotencyPlugin", "StoredSnapshot", "StoreError", "persisted", "DueTimerScanner",
+        "MemoryStore",
+        "MemoryInbox",
+        "SQLiteInbox",
+        "OptimisticLock",
+        "PessimisticLock",
+        "IdempotencyPlugin",
+        "StoredSnapshot",
+        "StoreError",
+        "persisted",
+        "DueTimerScanner",
         "ConflictError",
     ],
     "xsm_celery.contrib.cloudevents": [
-        "to_cloudevent", "from_cloudevent", "to_binary", "to_structured", "from_http",
+        "to_cloudevent",
+        "from_cloudevent",
+        "to_binary",
+        "to_structured",
+        "from_http",
     ],
     "xsm_celery.contrib.testing": ["FakeBrokerAdapter", "replay", "assert_replay_consistent"],
-}  # fmt: skip
+}
 
 VALUES = {
     "DEFAULT_CLAIM_LEASE_S": 30.0,
@@ -39,9 +75,7 @@ VALUES = {
 }
 
 
-@pytest.mark.parametrize(
-    ("module", "name"), [(m, n) for m, names in NAMES.items() for n in names]
-)
+@pytest.mark.parametrize(("module", "name"), [(m, n) for m, names in NAMES.items() for n in names])
 def test_name_imports(module: str, name: str) -> None:
     """The name imports from the module the specification uses, and is public."""
     loaded = importlib.import_module(module)

@@ -444,7 +444,9 @@ def test_bad_max_attempts_is_refused(max_attempts: object) -> None:
     """max_attempts must be an int >= 1, like batch."""
     with pytest.raises(ValueError, match="max_attempts"):
         OutboxRelay(
-            MemoryOutboxStore(), SyncFakeBrokerAdapter(), max_attempts=max_attempts  # type: ignore[arg-type]
+            MemoryOutboxStore(),
+            SyncFakeBrokerAdapter(),
+            max_attempts=max_attempts,  # type: ignore[arg-type]
         )
 
 

@@ -26,8 +26,13 @@ def _setup(tmp_path: Any = None, **options: Any) -> tuple[InboundDispatcher, Any
     """A dispatcher whose first INC delivery was dead-lettered (the action was broken then)."""
     store = MemoryStore()
     dlq: Any = SQLiteDeadLetterStore(tmp_path / "dlq.db") if tmp_path else MemoryDeadLetterStore()
-    broken = InboundDispatcher(store, {"xsm.counter.INC": counter()}, dead_letters=dlq, max_attempts=1,
-                               event_type=lambda e: "FAIL")
+    broken = InboundDispatcher(
+        store,
+        {"xsm.counter.INC": counter()},
+        dead_letters=dlq,
+        max_attempts=1,
+        event_type=lambda e: "FAIL",
+    )
     env = Envelope.new(type="xsm.counter.INC", subject="c-1", data={"n": 7})
     broken.handle(env)
     fixed = InboundDispatcher(store, {"xsm.counter.INC": counter()}, dead_letters=dlq, **options)
@@ -63,7 +68,10 @@ def test_real_replay_processes_resolves_and_audits(kind: str, tmp_path: Any) -> 
     assert dlq.get(record.id).resolved_at is not None
     [entry] = dlq.audit_log(record.id)
     assert (entry["action"], entry["actor"], entry["reason"], entry["outcome"]) == (
-        "replay", "ana", "fixed in 1.4.2", "processed"
+        "replay",
+        "ana",
+        "fixed in 1.4.2",
+        "processed",
     )
 
 
@@ -134,8 +142,13 @@ def test_failed_replay_stays_unresolved() -> None:
 def test_masked_values_are_warned_about() -> None:
     """Data masked at capture is replayed masked, with a warning saying so."""
     store, dlq = MemoryStore(), MemoryDeadLetterStore()
-    broken = InboundDispatcher(store, {"xsm.counter.INC": counter()}, dead_letters=dlq,
-                               max_attempts=1, event_type=lambda e: "FAIL")
+    broken = InboundDispatcher(
+        store,
+        {"xsm.counter.INC": counter()},
+        dead_letters=dlq,
+        max_attempts=1,
+        event_type=lambda e: "FAIL",
+    )
     broken.handle(Envelope.new(type="xsm.counter.INC", subject="c-1", data={"token": "t"}))
     fixed = InboundDispatcher(store, {"xsm.counter.INC": counter()}, dead_letters=dlq)
     result = replay_dead_letter(dlq, dlq.all()[0].id, fixed, reason="r")

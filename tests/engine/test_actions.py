@@ -35,7 +35,9 @@ def chart() -> dict[str, Any]:
         "states": {
             "a": {
                 "exit": [say("exit a 1"), fail("exit"), say("exit a 2")],
-                "on": {"GO": {"target": "b", "actions": [say("t 1"), fail("transition"), say("t 2")]}},
+                "on": {
+                    "GO": {"target": "b", "actions": [say("t 1"), fail("transition"), say("t 2")]}
+                },
             },
             "b": {
                 "entry": [say("enter b 1"), fail("entry"), say("enter b 2")],
@@ -95,9 +97,15 @@ def test_action_receives_interpreter_context_event_and_definition() -> None:
     seen: list[Any] = []
 
     def spy(interp: Any, ctx: Any, event: Event, action: Any) -> None:
-        seen.append((interp, ctx is interp.context, event.type, event.payload, action.type, action.params))
+        seen.append(
+            (interp, ctx is interp.context, event.type, event.payload, action.type, action.params)
+        )
 
-    config = {"id": "m", "initial": "a", "states": {"a": {"on": {"E": {"actions": {"type": "spy", "params": {"k": 1}}}}}}}
+    config = {
+        "id": "m",
+        "initial": "a",
+        "states": {"a": {"on": {"E": {"actions": {"type": "spy", "params": {"k": 1}}}}}},
+    }
     interp = Interp(create_machine(config, logic=MachineLogic(actions={"spy": spy}))).start()
     interp.send("E", x=2)
     assert seen == [(interp, True, "E", {"x": 2}, "spy", {"k": 1})]
@@ -105,7 +113,12 @@ def test_action_receives_interpreter_context_event_and_definition() -> None:
 
 def test_context_is_a_mutable_copy_per_interpreter() -> None:
     """Each interpreter starts from its own deep copy of the chart's context."""
-    config = {"id": "m", "initial": "a", "context": {"items": []}, "states": {"a": {"on": {"ADD": {"actions": "add"}}}}}
+    config = {
+        "id": "m",
+        "initial": "a",
+        "context": {"items": []},
+        "states": {"a": {"on": {"ADD": {"actions": "add"}}}},
+    }
     logic = MachineLogic(actions={"add": lambda i, c, e, a: c["items"].append(e.payload["v"])})
     machine = create_machine(config, logic=logic)
     one = Interp(machine).start()

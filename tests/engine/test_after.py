@@ -85,9 +85,7 @@ def test_reentering_restarts_the_timer() -> None:
 def test_several_timers_in_one_state_fire_in_due_order() -> None:
     """With two delays the earlier one wins and cancels the later one by leaving."""
     clock = SimulatedClock()
-    interp = Interp(
-        create_machine(timed({"500": "late", "200": "early"})), clock=clock
-    ).start()
+    interp = Interp(create_machine(timed({"500": "late", "200": "early"})), clock=clock).start()
     clock.increment(10_000)
     assert interp.value == "early"
 
@@ -118,7 +116,9 @@ def test_many_interpreters_on_one_clock_fire_in_global_order() -> None:
     config = timed({"d": "timeout"}, exit="log")
     clock = SimulatedClock()
     for name, ms in (("slow", 300), ("fast", 100), ("mid", 200)):
-        logic = MachineLogic(delays={"d": ms}, actions={"log": lambda i, c, e, a, n=name: fired.append(n)})
+        logic = MachineLogic(
+            delays={"d": ms}, actions={"log": lambda i, c, e, a, n=name: fired.append(n)}
+        )
         Interp(create_machine(config, logic=logic), clock=clock).start()
     clock.increment(1000)
     assert fired == ["fast", "mid", "slow"]
@@ -126,7 +126,11 @@ def test_many_interpreters_on_one_clock_fire_in_global_order() -> None:
 
 def test_zero_delay_cycle_is_a_runaway() -> None:
     """Two states bouncing on after: 0 raise RunawayChainError from increment()."""
-    config = {"id": "m", "initial": "a", "states": {"a": {"after": {"0": "b"}}, "b": {"after": {"0": "a"}}}}
+    config = {
+        "id": "m",
+        "initial": "a",
+        "states": {"a": {"after": {"0": "b"}}, "b": {"after": {"0": "a"}}},
+    }
     clock = SimulatedClock()
     Interp(create_machine(config), clock=clock).start()
     with pytest.raises(RunawayChainError):
@@ -216,7 +220,12 @@ def test_cancelled_timers_do_not_pile_up() -> None:
         "type": "parallel",
         "states": {
             "slow": {"initial": "w", "states": {"w": {"after": {"999999": "d"}}, "d": {}}},
-            "fast": {"initial": "x", "states": {"x": {"after": {"1000": "x"}, "on": {"HOP": {"target": "x", "reenter": True}}}}},
+            "fast": {
+                "initial": "x",
+                "states": {
+                    "x": {"after": {"1000": "x"}, "on": {"HOP": {"target": "x", "reenter": True}}}
+                },
+            },
         },
     }
     interp = Interp(create_machine(config), clock=SimulatedClock()).start()

@@ -89,7 +89,10 @@ def test_events_ping_ponged_by_actions_are_a_runaway() -> None:
     config = {
         "id": "m",
         "initial": "a",
-        "states": {"a": {"on": {"PING": {"target": "b", "actions": "pong"}}}, "b": {"on": {"PING": {"target": "a", "actions": "pong"}}}},
+        "states": {
+            "a": {"on": {"PING": {"target": "b", "actions": "pong"}}},
+            "b": {"on": {"PING": {"target": "a", "actions": "pong"}}},
+        },
     }
     logic = MachineLogic(actions={"pong": lambda i, c, e, a: i.send("PING")})
     interp = Interp(create_machine(config, logic=logic)).start()

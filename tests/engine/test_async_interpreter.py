@@ -67,7 +67,9 @@ def test_async_service_result_goes_to_on_done() -> None:
         return {"rows": 2}
 
     async def main() -> Interpreter:
-        machine = create_machine(fetch_chart(), logic=MachineLogic(services={"fetch": fetch}, actions={"keep": keep}))
+        machine = create_machine(
+            fetch_chart(), logic=MachineLogic(services={"fetch": fetch}, actions={"keep": keep})
+        )
         interp = await Interpreter(machine).start()
         await interp.send("LOAD")
         assert interp.value == "loading"
@@ -88,7 +90,9 @@ def test_async_service_error_goes_to_on_error() -> None:
         raise TimeoutError("slow")
 
     async def main() -> Interpreter:
-        machine = create_machine(fetch_chart(), logic=MachineLogic(services={"fetch": fetch}, actions={"keep": keep}))
+        machine = create_machine(
+            fetch_chart(), logic=MachineLogic(services={"fetch": fetch}, actions={"keep": keep})
+        )
         interp = await Interpreter(machine).use(recorder).start()
         await interp.send("LOAD")
         for _ in range(5):
@@ -111,7 +115,9 @@ def test_leaving_the_state_cancels_the_task_and_ignores_its_result() -> None:
         return "late"
 
     async def main() -> Interpreter:
-        machine = create_machine(fetch_chart(), logic=MachineLogic(services={"fetch": fetch}, actions={"keep": keep}))
+        machine = create_machine(
+            fetch_chart(), logic=MachineLogic(services={"fetch": fetch}, actions={"keep": keep})
+        )
         interp = await Interpreter(machine).start()
         await interp.send("LOAD")
         await started.wait()
@@ -213,7 +219,9 @@ def test_callback_actor_cleanup_on_both_drivers(driver: str) -> None:
         "initial": "on",
         "states": {"on": {"invoke": {"src": "sock"}, "on": {"OFF": "off"}}, "off": {}},
     }
-    logic = MachineLogic(services={"sock": from_callback(lambda sb, rc, ctx, ev: lambda: closed.append(1))})
+    logic = MachineLogic(
+        services={"sock": from_callback(lambda sb, rc, ctx, ev: lambda: closed.append(1))}
+    )
     machine = create_machine(config, logic=logic)
     if driver == "sync":
         interp = SyncInterpreter(machine).start()

@@ -63,7 +63,10 @@ def test_assign_function_and_flat_json_spelling() -> None:
     """An assign function returns the update; the flat XState v4 spelling works too."""
     interp = start(
         one_state(
-            [assign(lambda a: {"m": a["context"]["n"] * 10}), {"type": "xstate.assign", "assignment": {"k": 1}}]
+            [
+                assign(lambda a: {"m": a["context"]["n"] * 10}),
+                {"type": "xstate.assign", "assignment": {"k": 1}},
+            ]
         )
     )
     interp.send("GO")
@@ -144,7 +147,11 @@ def test_emit_reaches_listeners_by_type_and_wildcard_and_unsubscribes() -> None:
     interp.on("*", lambda e: got.append(("any", e.type, e.payload)))
     interp.on("other", lambda e: 1 / 0)
     interp.send("GO")
-    assert got == [("typed", "progress", {"pct": 50}), ("any", "progress", {"pct": 50}), ("any", "other", {})]
+    assert got == [
+        ("typed", "progress", {"pct": 50}),
+        ("any", "progress", {"pct": 50}),
+        ("any", "other", {}),
+    ]
     sub.unsubscribe()
     got.clear()
     interp.send("GO")
@@ -161,7 +168,9 @@ def test_log_writes_the_message_with_its_label(caplog: pytest.LogCaptureFixture)
     assert messages == ["[m] plain", "[m] ctx: n=1"]
 
 
-def test_send_to_a_callback_actor_and_send_parent_without_a_parent(caplog: pytest.LogCaptureFixture) -> None:
+def test_send_to_a_callback_actor_and_send_parent_without_a_parent(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """sendTo delivers to a child's receive handlers; sendParent with no parent is a logged no-op."""
     received: list[Any] = []
 
@@ -174,7 +183,11 @@ def test_send_to_a_callback_actor_and_send_parent_without_a_parent(caplog: pytes
         "states": {
             "a": {
                 "invoke": {"src": "child", "id": "kid"},
-                "on": {"GO": {"actions": [send_to("kid", {"type": "HELLO", "x": 1}), send_parent("UP")]}},
+                "on": {
+                    "GO": {
+                        "actions": [send_to("kid", {"type": "HELLO", "x": 1}), send_parent("UP")]
+                    }
+                },
             }
         },
     }
@@ -212,7 +225,9 @@ def test_a_spawned_child_that_raises_reports_an_error_event() -> None:
         raise RuntimeError("child broke")
 
     config = one_state(
-        [spawn_child("broken", actor_id="b")], on={"error.platform.b": {"target": "failed"}}, failed={}
+        [spawn_child("broken", actor_id="b")],
+        on={"error.platform.b": {"target": "failed"}},
+        failed={},
     )
     interp = start(config, MachineLogic(services={"broken": broken}))
     interp.send("GO")
@@ -223,9 +238,7 @@ def test_a_spawned_child_that_raises_reports_an_error_event() -> None:
 def test_a_failing_builtin_is_contained_like_any_action() -> None:
     """A built-in that raises is an action error: reported, rest of the list skipped, step completes."""
     recorder = Recorder()
-    config = one_state(
-        [assign(lambda a: 1 / 0), assign({"after": True})], on={"NEXT": "b"}, b={}
-    )
+    config = one_state([assign(lambda a: 1 / 0), assign({"after": True})], on={"NEXT": "b"}, b={})
     interp = Interp(create_machine(config)).use(recorder).start()
     interp.send("GO")
     interp.send("NEXT")

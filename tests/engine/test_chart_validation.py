@@ -87,15 +87,26 @@ def test_unknown_custom_id_target_is_refused() -> None:
 @pytest.mark.parametrize(
     ("a", "where"),
     [
-        ({"states": {"b": {}, "h": {"type": "history", "states": {"x": {}}}}}, "states.a.states.h.states"),
+        (
+            {"states": {"b": {}, "h": {"type": "history", "states": {"x": {}}}}},
+            "states.a.states.h.states",
+        ),
         ({"states": {"b": {}, "h": {"type": "history", "on": {"E": "b"}}}}, "states.a.states.h.on"),
-        ({"states": {"b": {}, "h": {"type": "history", "history": "wide"}}}, "states.a.states.h.history"),
+        (
+            {"states": {"b": {}, "h": {"type": "history", "history": "wide"}}},
+            "states.a.states.h.history",
+        ),
         ({"initial": "h", "states": {"b": {}, "h": {"type": "history"}}}, "states.a.initial"),
         ({"states": {"h": {"type": "history"}}}, "states.a.states"),
-        ({"states": {"b": {}, "h": {"type": "history", "target": "#m"}}}, "states.a.states.h.target"),
+        (
+            {"states": {"b": {}, "h": {"type": "history", "target": "#m"}}},
+            "states.a.states.h.target",
+        ),
     ],
 )
-def test_malformed_history_states_are_refused_with_their_path(a: dict[str, Any], where: str) -> None:
+def test_malformed_history_states_are_refused_with_their_path(
+    a: dict[str, Any], where: str
+) -> None:
     """A history state with children, transitions, a bad kind, as initial, alone, or defaulting outside is refused."""
     with pytest.raises(InvalidConfigError) as caught:
         create_machine(chart(a=a, z={}))
@@ -132,9 +143,24 @@ def test_strict_mode_checks_transition_and_invoke_keys() -> None:
     [
         (chart(a={"entry": "hello"}), "action", "hello", "states.a.entry"),
         (chart(a={"exit": ["x", "bye"]}), "action", "x", "states.a.exit[0]"),
-        (chart(a={"on": {"E": {"actions": {"type": "t"}}}}), "action", "t", "states.a.on.E.actions"),
-        (chart(a={"on": {"E": {"target": "a", "guard": "ok"}}}), "guard", "ok", "states.a.on.E.guard"),
-        (chart(a={"on": {"E": {"target": "a", "cond": "ok"}}}), "guard", "ok", "states.a.on.E.cond"),
+        (
+            chart(a={"on": {"E": {"actions": {"type": "t"}}}}),
+            "action",
+            "t",
+            "states.a.on.E.actions",
+        ),
+        (
+            chart(a={"on": {"E": {"target": "a", "guard": "ok"}}}),
+            "guard",
+            "ok",
+            "states.a.on.E.guard",
+        ),
+        (
+            chart(a={"on": {"E": {"target": "a", "cond": "ok"}}}),
+            "guard",
+            "ok",
+            "states.a.on.E.cond",
+        ),
         (chart(a={"invoke": {"src": "work"}}), "service", "work", "states.a.invoke"),
         (chart(a={"after": {"retryDelay": "a"}}), "delay", "retryDelay", "states.a.after"),
     ],
@@ -185,7 +211,9 @@ def test_without_logic_names_are_not_checked() -> None:
         ({"exit": "nope", "on": {"E": "b"}}, "action"),
     ],
 )
-def test_a_missing_piece_raises_when_first_needed_and_changes_nothing(a: dict[str, Any], kind: str) -> None:
+def test_a_missing_piece_raises_when_first_needed_and_changes_nothing(
+    a: dict[str, Any], kind: str
+) -> None:
     """Incomplete logic builds; the send that needs the missing name raises it, state unchanged."""
     config = chart(a=a, b={}, c={"invoke": {"src": "nope"}}, d={"after": {"nope": "a"}})
     machine = create_machine(config, logic=MachineLogic())
@@ -329,4 +357,6 @@ def test_require_complete_refuses_what_create_machine_allowed() -> None:
     assert machine.missing == (("action", "hello", "states.a.entry"),)
     with pytest.raises(ImplementationMissingError, match="unknown action 'hello'"):
         machine.require_complete()
-    create_machine(chart(a={"entry": "hello"}), logic=MachineLogic(actions={"hello": lambda *a: None})).require_complete()
+    create_machine(
+        chart(a={"entry": "hello"}), logic=MachineLogic(actions={"hello": lambda *a: None})
+    ).require_complete()

@@ -57,12 +57,27 @@ def parent_chart(**invoke: Any) -> dict[str, Any]:
                     "src": "worker",
                     "id": "kid",
                     "input": {"job": 7},
-                    "onDone": {"target": "finished", "actions": assign({"out": lambda a: a["event"].data})},
-                    "onError": {"target": "failed", "actions": assign({"err": lambda a: str(a["event"].data)})},
+                    "onDone": {
+                        "target": "finished",
+                        "actions": assign({"out": lambda a: a["event"].data}),
+                    },
+                    "onError": {
+                        "target": "failed",
+                        "actions": assign({"err": lambda a: str(a["event"].data)}),
+                    },
                     **invoke,
                 },
                 "on": {
-                    "PING": {"actions": assign({"pings": lambda a: [*a["context"]["pings"], a["event"].payload["from"]]})},
+                    "PING": {
+                        "actions": assign(
+                            {
+                                "pings": lambda a: [
+                                    *a["context"]["pings"],
+                                    a["event"].payload["from"],
+                                ]
+                            }
+                        )
+                    },
                     "POKE_KID": {"actions": send_to("kid", "POKE")},
                     "FINISH_KID": {"actions": send_to("kid", "FINISH")},
                     "LEAVE": "idle",
@@ -76,7 +91,9 @@ def parent_chart(**invoke: Any) -> dict[str, Any]:
 
 def boss(child: Any = None, clock: Any = None) -> Any:
     """A started parent with the child machine as its 'worker' service."""
-    machine = create_machine(parent_chart(), logic=MachineLogic(services={"worker": child or child_machine()}))
+    machine = create_machine(
+        parent_chart(), logic=MachineLogic(services={"worker": child or child_machine()})
+    )
     return Interp(machine, clock=clock).start()
 
 
@@ -184,7 +201,11 @@ def test_spawned_children_by_id_and_stop_child() -> None:
 def test_a_spawned_child_that_raises_is_an_error_event() -> None:
     """A spawned child whose step raises is stopped and reported as error.platform.<id>."""
     crashing = create_machine(
-        {"id": "c", "initial": "a", "states": {"a": {"on": {"GO": {"guard": "nope", "target": "a"}}}}}
+        {
+            "id": "c",
+            "initial": "a",
+            "states": {"a": {"on": {"GO": {"guard": "nope", "target": "a"}}}},
+        }
     )
     chart = {
         "id": "boss",
@@ -200,7 +221,9 @@ def test_a_spawned_child_that_raises_is_an_error_event() -> None:
             "failed": {},
         },
     }
-    interp = Interp(create_machine(chart, logic=MachineLogic(services={"crashy": crashing}))).start()
+    interp = Interp(
+        create_machine(chart, logic=MachineLogic(services={"crashy": crashing}))
+    ).start()
     interp.send("SPAWN")
     interp.send("POKE")
     assert interp.value == "failed"
@@ -210,7 +233,9 @@ def test_a_spawned_child_that_raises_is_an_error_event() -> None:
 def test_children_are_saved_and_restored_with_the_parents_snapshot() -> None:
     """A running child travels inside the parent's snapshot, timers and context included."""
     clock = SimulatedClock(wall_start=1000.0)
-    machine = create_machine(parent_chart(), logic=MachineLogic(services={"worker": child_machine()}))
+    machine = create_machine(
+        parent_chart(), logic=MachineLogic(services={"worker": child_machine()})
+    )
     interp = Interp(machine, clock=clock).start()
     interp.send("GO")
     interp.send("POKE_KID")
@@ -228,7 +253,9 @@ def test_children_are_saved_and_restored_with_the_parents_snapshot() -> None:
 
 def test_children_and_history_restore_in_another_process(tmp_path: Path) -> None:
     """A parent with a running child restores in a fresh process and the child finishes there."""
-    machine = create_machine(parent_chart(), logic=MachineLogic(services={"worker": child_machine()}))
+    machine = create_machine(
+        parent_chart(), logic=MachineLogic(services={"worker": child_machine()})
+    )
     interp = Interp(machine, clock=SimulatedClock(wall_start=1000.0)).start()
     interp.send("GO")
     interp.send("POKE_KID")
@@ -249,7 +276,9 @@ def test_children_and_history_restore_in_another_process(tmp_path: Path) -> None
         print(interp.value, interp.context["out"])
         """
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:2] == ["1", "finished {'ok': True}"]
 
@@ -260,7 +289,9 @@ def test_children_do_not_inherit_the_parents_plugins_but_get_global_ones() -> No
     global_recorder = Recorder()
     register_global(global_recorder)
     try:
-        machine = create_machine(parent_chart(), logic=MachineLogic(services={"worker": child_machine()}))
+        machine = create_machine(
+            parent_chart(), logic=MachineLogic(services={"worker": child_machine()})
+        )
         interp = Interp(machine).use(parent_recorder).start()
         interp.send("GO")
         interp.send("POKE_KID")
@@ -283,12 +314,21 @@ def test_dead_letter_plugin_on_a_child_records_the_actor_id() -> None:
     assert interp.value == "finished"
 
 
-@pytest.mark.parametrize("field", [{"kid": {"src": "worker"}}, {"kid": {"src": "nope", "owner": "boss.running", "snapshot": {}}}, []])
+@pytest.mark.parametrize(
+    "field",
+    [
+        {"kid": {"src": "worker"}},
+        {"kid": {"src": "nope", "owner": "boss.running", "snapshot": {}}},
+        [],
+    ],
+)
 def test_a_snapshot_with_a_bad_child_is_refused(field: Any) -> None:
     """Child entries that are malformed, name no machine or no active owner are corrupt."""
     from xsm_celery import SnapshotCorruptError
 
-    machine = create_machine(parent_chart(), logic=MachineLogic(services={"worker": child_machine()}))
+    machine = create_machine(
+        parent_chart(), logic=MachineLogic(services={"worker": child_machine()})
+    )
     interp = Interp(machine).start()
     interp.send("GO")
     data = {**interp.snapshot(), "children": field}

@@ -39,7 +39,9 @@ LOGIC = MachineLogic(
 
 def test_context_callable_gives_each_interpreter_a_fresh_dict_from_its_input() -> None:
     """A callable context is called per interpreter with {"input": ...}; instances never share it."""
-    machine = create_machine(counter(lambda a: {"count": (a["input"] or {}).get("start", 0), "seen": []}), logic=LOGIC)
+    machine = create_machine(
+        counter(lambda a: {"count": (a["input"] or {}).get("start", 0), "seen": []}), logic=LOGIC
+    )
     first = _with_input(machine, {"start": 10})
     second = _with_input(machine, None)
     first.send("ADD", by=1)
@@ -123,7 +125,9 @@ def test_context_model_writes_coerced_values_back() -> None:
     """With write_back the model's coerced values replace the raw ones."""
     machine = create_machine(
         counter({"count": 0}),
-        logic=LOGIC.merge(MachineLogic(actions={"add": lambda i, c, e, a: c.__setitem__("count", "7")})),
+        logic=LOGIC.merge(
+            MachineLogic(actions={"add": lambda i, c, e, a: c.__setitem__("count", "7")})
+        ),
         context_validator=context_model(Counter),
     )
     interp = Interp(machine).start()

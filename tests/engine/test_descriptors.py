@@ -24,7 +24,11 @@ def start(config: dict[str, Any], logic: MachineLogic | None = None, clock: Any 
 
 def sink(on: dict[str, Any], **states: Any) -> dict[str, Any]:
     """State 'a' with ``on``, plus the target states named in it."""
-    return {"id": "m", "initial": "a", "states": {"a": {"on": on}, **{k: {} for k in ("any", "order", "exact", "long")}, **states}}
+    return {
+        "id": "m",
+        "initial": "a",
+        "states": {"a": {"on": on}, **{k: {} for k in ("any", "order", "exact", "long")}, **states},
+    }
 
 
 def test_star_matches_any_user_event() -> None:
@@ -34,7 +38,16 @@ def test_star_matches_any_user_event() -> None:
     assert interp.value == "any"
 
 
-@pytest.mark.parametrize(("event", "target"), [("order", "order"), ("order.paid", "long"), ("order.paid.late", "long"), ("orders", "any"), ("order.x", "order")])
+@pytest.mark.parametrize(
+    ("event", "target"),
+    [
+        ("order", "order"),
+        ("order.paid", "long"),
+        ("order.paid.late", "long"),
+        ("orders", "any"),
+        ("order.x", "order"),
+    ],
+)
 def test_prefix_descriptors_match_their_segments_longest_first(event: str, target: str) -> None:
     """'order.*' matches 'order' and 'order.<...>' (not 'orders'); a longer descriptor wins."""
     interp = start(sink({"order.*": "order", "order.paid.*": "long", "*": "any"}))
@@ -55,7 +68,11 @@ def test_a_childs_wildcard_is_tried_before_its_parents_exact_handler() -> None:
         "id": "m",
         "initial": "p",
         "states": {
-            "p": {"initial": "c", "on": {"GO": "parent_took"}, "states": {"c": {"on": {"*": ".d"}}}},
+            "p": {
+                "initial": "c",
+                "on": {"GO": "parent_took"},
+                "states": {"c": {"on": {"*": ".d"}}},
+            },
             "parent_took": {},
         },
     }
@@ -117,9 +134,14 @@ def test_empty_event_key_is_an_eventless_transition() -> None:
         "id": "m",
         "initial": "a",
         "context": {"ok": False},
-        "states": {"a": {"on": {"": {"guard": "ok", "target": "b"}, "SET": {"actions": "set"}}}, "b": {}},
+        "states": {
+            "a": {"on": {"": {"guard": "ok", "target": "b"}, "SET": {"actions": "set"}}},
+            "b": {},
+        },
     }
-    logic = MachineLogic(guards={"ok": lambda c, e: c["ok"]}, actions={"set": lambda i, c, e, a: c.update(ok=True)})
+    logic = MachineLogic(
+        guards={"ok": lambda c, e: c["ok"]}, actions={"set": lambda i, c, e, a: c.update(ok=True)}
+    )
     interp = start(config, logic)
     assert interp.value == "a"
     interp.send("SET")
@@ -132,8 +154,18 @@ def parallel_with_state_in(guard: Any) -> dict[str, Any]:
         "id": "m",
         "type": "parallel",
         "states": {
-            "door": {"id": "door", "initial": "closed", "states": {"closed": {"on": {"OPEN": "open"}}, "open": {"on": {"CLOSE": "closed"}}}},
-            "motor": {"initial": "idle", "states": {"idle": {"on": {"GO": {"guard": guard, "target": "running"}}}, "running": {}}},
+            "door": {
+                "id": "door",
+                "initial": "closed",
+                "states": {"closed": {"on": {"OPEN": "open"}}, "open": {"on": {"CLOSE": "closed"}}},
+            },
+            "motor": {
+                "initial": "idle",
+                "states": {
+                    "idle": {"on": {"GO": {"guard": guard, "target": "running"}}},
+                    "running": {},
+                },
+            },
         },
     }
 
@@ -185,7 +217,11 @@ def test_state_in_naming_no_state_is_refused() -> None:
 )
 def test_guard_combinators_in_json(guard: Any, n: int, taken: bool) -> None:
     """and / or / not nest named and parameterised guards."""
-    config = {"id": "m", "initial": "a", "states": {"a": {"on": {"GO": {"guard": guard, "target": "b"}}}, "b": {}}}
+    config = {
+        "id": "m",
+        "initial": "a",
+        "states": {"a": {"on": {"GO": {"guard": guard, "target": "b"}}}, "b": {}},
+    }
     logic = MachineLogic(
         guards={
             "pos": lambda c, e: e.payload["n"] > 0,
@@ -201,23 +237,40 @@ def test_guard_combinators_in_json(guard: Any, n: int, taken: bool) -> None:
 
 def test_a_combinator_with_a_raising_operand_is_false_and_reported() -> None:
     """An operand that raises makes the whole guard false, reported once as a guard error."""
-    config = {"id": "m", "initial": "a", "states": {"a": {"on": {"GO": {"guard": {"type": "and", "guards": ["ok", "boom"]}, "target": "b"}}}, "b": {}}}
+    config = {
+        "id": "m",
+        "initial": "a",
+        "states": {
+            "a": {
+                "on": {"GO": {"guard": {"type": "and", "guards": ["ok", "boom"]}, "target": "b"}}
+            },
+            "b": {},
+        },
+    }
 
     def boom(c: Any, e: Any) -> bool:
         raise RuntimeError("operand broke")
 
     recorder = Recorder()
-    machine = create_machine(config, logic=MachineLogic(guards={"ok": lambda c, e: True, "boom": boom}))
+    machine = create_machine(
+        config, logic=MachineLogic(guards={"ok": lambda c, e: True, "boom": boom})
+    )
     interp = Interp(machine).use(recorder).start()
     interp.send("GO")
     assert interp.value == "a"
     assert [name for name, _ in recorder.of("on_guard_error")] == ["and"]
 
 
-@pytest.mark.parametrize("guard", [{"type": "and", "guards": []}, {"type": "not", "guards": ["a", "b"]}, {"type": "or"}])
+@pytest.mark.parametrize(
+    "guard", [{"type": "and", "guards": []}, {"type": "not", "guards": ["a", "b"]}, {"type": "or"}]
+)
 def test_malformed_combinators_are_refused(guard: Any) -> None:
     """A combinator without operands (or 'not' with two) is refused with its path."""
-    config = {"id": "m", "initial": "a", "states": {"a": {"on": {"GO": {"guard": guard, "target": "a"}}}}}
+    config = {
+        "id": "m",
+        "initial": "a",
+        "states": {"a": {"on": {"GO": {"guard": guard, "target": "a"}}}},
+    }
     with pytest.raises(InvalidConfigError) as caught:
         create_machine(config)
     assert caught.value.path == "states.a.on.GO.guard"

@@ -100,7 +100,9 @@ def test_send_to_a_stopped_interpreter_is_dropped_with_a_receipt_error() -> None
 
 def test_send_before_start_is_dropped() -> None:
     """An interpreter that is not started yet drops events."""
-    machine = create_machine({"id": "m", "initial": "a", "states": {"a": {"on": {"GO": "b"}}, "b": {}}})
+    machine = create_machine(
+        {"id": "m", "initial": "a", "states": {"a": {"on": {"GO": "b"}}, "b": {}}}
+    )
     interp = Interp(machine)
     interp.send("GO")
     assert interp.start().value == "a"

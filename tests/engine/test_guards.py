@@ -110,7 +110,9 @@ def test_selection_entry_points_answer_outside_a_step() -> None:
         "id": "m",
         "initial": "a",
         "states": {
-            "a": {"on": {"GO": [{"guard": "big", "target": "b"}, {"guard": "boom", "target": "c"}]}},
+            "a": {
+                "on": {"GO": [{"guard": "big", "target": "b"}, {"guard": "boom", "target": "c"}]}
+            },
             "b": {},
             "c": {},
         },

@@ -120,7 +120,10 @@ def test_transition_inside_one_region_keeps_the_others() -> None:
         "context": {"log": []},
         "states": {
             "r1": {"initial": "a", "states": {"a": {"on": {"GO": "a2"}}, "a2": {}}},
-            "r2": {"initial": "b", "states": {"b": {"exit": say("exit b"), "entry": say("enter b")}}},
+            "r2": {
+                "initial": "b",
+                "states": {"b": {"exit": say("exit b"), "entry": say("enter b")}},
+            },
         },
     }
     interp = started(config)

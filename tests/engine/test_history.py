@@ -111,11 +111,17 @@ def regions(kind: str) -> dict[str, Any]:
                                 "initial": "l1",
                                 "states": {
                                     "l1": {"on": {"L": "l2"}},
-                                    "l2": {"initial": "x", "states": {"x": {"on": {"L": "y"}}, "y": {}}},
+                                    "l2": {
+                                        "initial": "x",
+                                        "states": {"x": {"on": {"L": "y"}}, "y": {}},
+                                    },
                                     "lh": {"type": "history", "history": "deep"},
                                 },
                             },
-                            "right": {"initial": "r1", "states": {"r1": {"on": {"R": "r2"}}, "r2": {}}},
+                            "right": {
+                                "initial": "r1",
+                                "states": {"r1": {"on": {"R": "r2"}}, "r2": {}},
+                            },
                         },
                     },
                     "h": {"type": "history", "history": kind},
@@ -184,14 +190,22 @@ def test_history_restores_in_another_process(tmp_path: Path) -> None:
         print(sorted(interp.current_state_ids))
         """
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "['m.on.b.b2']"
 
 
 @pytest.mark.parametrize(
     "history",
-    [{"m.nope": ["m.on.a"]}, {"m.on.a": ["m.on.a"]}, {"m.on.h": ["m.off"]}, {"m.on.h": "m.on.a"}, []],
+    [
+        {"m.nope": ["m.on.a"]},
+        {"m.on.a": ["m.on.a"]},
+        {"m.on.h": ["m.off"]},
+        {"m.on.h": "m.on.a"},
+        [],
+    ],
 )
 def test_a_snapshot_with_bad_history_is_refused(history: Any) -> None:
     """History naming no history state, or states outside its parent, is a corrupt snapshot."""

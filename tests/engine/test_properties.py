@@ -17,9 +17,7 @@ from tests.strategies import chart_logic, charts, clock_steps, events
 from xsm_celery import MachineLogic, SimulatedClock, create_machine
 from xsm_celery.engine.state import state_value
 
-PROPERTY = settings(
-    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+PROPERTY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @pytest.fixture(autouse=True)
@@ -97,19 +95,27 @@ def test_snapshot_restore_is_invisible(
     straight = Interp(machine, clock=clock).start()
     for event_type, coin in before:
         straight.send(event_type, coin=coin)
-    restored = Interp.from_snapshot(straight.get_snapshot(), machine, clock=SimulatedClock(wall_start=1_000.0))
+    restored = Interp.from_snapshot(
+        straight.get_snapshot(), machine, clock=SimulatedClock(wall_start=1_000.0)
+    )
     for event_type, coin in after:
         straight.send(event_type, coin=coin)
         restored.send(event_type, coin=coin)
     assert restored.current_state_ids == straight.current_state_ids
     assert restored.context == straight.context
     assert restored.status == straight.status
-    assert json.loads(restored.get_snapshot())["deadlines"] == json.loads(straight.get_snapshot())["deadlines"]
+    assert (
+        json.loads(restored.get_snapshot())["deadlines"]
+        == json.loads(straight.get_snapshot())["deadlines"]
+    )
 
 
 FIXTURES: dict[str, tuple[MachineLogic, tuple[str, ...]]] = {
     "toggle": (MachineLogic(actions={"count": count}), ("FLIP", "OTHER")),
-    "player": (player_logic(), ("PLAY", "PAUSE", "STOP", "VOLUME", "RESTART", "SEEK", "SEEKED", "TICK", "POWER")),
+    "player": (
+        player_logic(),
+        ("PLAY", "PAUSE", "STOP", "VOLUME", "RESTART", "SEEK", "SEEKED", "TICK", "POWER"),
+    ),
     "editor": (MachineLogic(), ("TOGGLE_BOLD", "BULLETS", "NUMBERS", "NONE", "EDIT", "SAVE")),
     "upload": (MachineLogic(actions={"note": note}), ("FILE_OK", "THUMB_OK", "BOTH_OK", "CANCEL")),
 }

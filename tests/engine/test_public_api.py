@@ -11,12 +11,28 @@ import xsm_celery.engine
 import xsm_celery.plugins
 
 TOP_LEVEL = (
-    "MachineLogic", "SimulatedClock", "WallClock", "SyncInterpreter", "Interpreter",
-    "create_machine", "from_callback", "Event", "PluginBase", "LoggingInspector",
-    "public_context", "PRIVATE_CONTEXT_PREFIX", "InterpreterStoppedError", "XStateMachineError",
-    "XsmError", "RunawayChainError", "MissingExtraError", "InvalidConfigError",
-    "StateNotFoundError", "ImplementationMissingError", "NotSupportedError",
-)  # fmt: skip
+    "MachineLogic",
+    "SimulatedClock",
+    "WallClock",
+    "SyncInterpreter",
+    "Interpreter",
+    "create_machine",
+    "from_callback",
+    "Event",
+    "PluginBase",
+    "LoggingInspector",
+    "public_context",
+    "PRIVATE_CONTEXT_PREFIX",
+    "InterpreterStoppedError",
+    "XStateMachineError",
+    "XsmError",
+    "RunawayChainError",
+    "MissingExtraError",
+    "InvalidConfigError",
+    "StateNotFoundError",
+    "ImplementationMissingError",
+    "NotSupportedError",
+)
 
 
 @pytest.mark.parametrize("name", TOP_LEVEL)

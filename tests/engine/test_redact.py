@@ -14,9 +14,23 @@ from xsm_celery.plugins import DEFAULT_REDACT_KEYS, REDACTED, is_private_context
 
 @pytest.mark.parametrize(
     "key",
-    ["password", "db_password", "apiKey", "API_KEY", "x-api-key", "Authorization", "auth",
-     "sessionId", "card_number", "pin", "pin_code", "refresh-token", "clientSecret", "SSN"],
-)  # fmt: skip
+    [
+        "password",
+        "db_password",
+        "apiKey",
+        "API_KEY",
+        "x-api-key",
+        "Authorization",
+        "auth",
+        "sessionId",
+        "card_number",
+        "pin",
+        "pin_code",
+        "refresh-token",
+        "clientSecret",
+        "SSN",
+    ],
+)
 def test_secret_keys_are_masked(key: str) -> None:
     """Every common spelling of a secret key is masked."""
     assert redact({key: "s3cret", "user": "ann"}) == {key: REDACTED, "user": "ann"}
@@ -31,7 +45,10 @@ def test_short_fragments_match_whole_words_only(key: str) -> None:
 def test_redact_walks_nested_values_and_keeps_the_input() -> None:
     """Dicts inside lists and tuples are masked too; the input is not changed."""
     value = {"items": [{"token": "t"}, ({"ok": 1, "secret": 2},)], "n": 3}
-    assert redact(value) == {"items": [{"token": REDACTED}, ({"ok": 1, "secret": REDACTED},)], "n": 3}
+    assert redact(value) == {
+        "items": [{"token": REDACTED}, ({"ok": 1, "secret": REDACTED},)],
+        "n": 3,
+    }
     assert value["items"][0] == {"token": "t"}
 
 
@@ -65,7 +82,9 @@ def test_default_keys_are_lowercase_words() -> None:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
     max_leaves=12,
 )
 

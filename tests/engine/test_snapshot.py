@@ -137,7 +137,9 @@ def test_restore_in_another_process(tmp_path: Path) -> None:
         print(sorted(interp.current_state_ids), interp.context)
         """
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "['job.done'] {'attempt': 0}"
 
@@ -264,9 +266,17 @@ def _set(key: str, value: Any) -> Any:
         lambda s: mutate(s, _set("state_ids", ["job.retrying", "job.done"])),
         lambda s: mutate(s, _set("deadlines", {})),
         lambda s: mutate(s, _set("deadlines", [1])),
-        lambda s: mutate(s, _set("deadlines", [{"state_id": "job.done", "key": "x", "due_at_wall": 1}])),
+        lambda s: mutate(
+            s, _set("deadlines", [{"state_id": "job.done", "key": "x", "due_at_wall": 1}])
+        ),
         lambda s: mutate(s, _set("deadlines", [{"state_id": "job.retrying", "key": "retryDelay"}])),
-        lambda s: mutate(s, _set("deadlines", [{"state_id": "job.retrying", "key": "retryDelay", "due_at_wall": "soon"}])),
+        lambda s: mutate(
+            s,
+            _set(
+                "deadlines",
+                [{"state_id": "job.retrying", "key": "retryDelay", "due_at_wall": "soon"}],
+            ),
+        ),
     ],
 )
 def test_corrupt_snapshots_raise_snapshot_corrupt_error(corrupt: Any) -> None:

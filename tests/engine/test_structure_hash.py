@@ -30,7 +30,9 @@ BASE = hash_of(lambda c: None)
         lambda c: c["states"]["retrying"]["after"].__setitem__("500", "done"),
         lambda c: c["states"]["retrying"]["after"]["retryDelay"][0].__setitem__("guard", "other"),
         lambda c: c["states"]["attempting"]["invoke"].__setitem__("src", "otherWork"),
-        lambda c: c["states"]["attempting"]["invoke"]["onDone"].__setitem__("target", "deadLettered"),
+        lambda c: c["states"]["attempting"]["invoke"]["onDone"].__setitem__(
+            "target", "deadLettered"
+        ),
         lambda c: c["states"]["done"].__setitem__("tags", ["ok"]),
         lambda c: c.__setitem__("initial", "retrying"),
         lambda c: c["states"]["attempting"].__setitem__("entry", "log"),
@@ -72,6 +74,12 @@ def test_hash_is_stable_across_processes(name: str) -> None:
         "print(structure_hash(json.load(sys.stdin)))"
     )
     chart = path(name).read_text()
-    out = subprocess.run([sys.executable, "-c", code], input=chart, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == structure_hash(load(name)) == create_machine(load(name)).structure_hash
+    out = subprocess.run(
+        [sys.executable, "-c", code], input=chart, capture_output=True, text=True, check=True
+    )
+    assert (
+        out.stdout.strip()
+        == structure_hash(load(name))
+        == create_machine(load(name)).structure_hash
+    )
     assert len(out.stdout.strip()) == 16

@@ -37,7 +37,10 @@ def nested() -> dict[str, Any]:
                 "type": "parallel",
                 "meta": {"screen": "main"},
                 "states": {
-                    "r1": {"initial": "a", "states": {"a": {"meta": {"hint": "A"}, "on": {"GO": "b"}}, "b": {}}},
+                    "r1": {
+                        "initial": "a",
+                        "states": {"a": {"meta": {"hint": "A"}, "on": {"GO": "b"}}, "b": {}},
+                    },
                     "r2": {"initial": "x", "states": {"x": {}}},
                 },
             },
@@ -48,7 +51,14 @@ def nested() -> dict[str, Any]:
 
 def test_send_events_sends_each_in_order() -> None:
     """send_events processes a list of events like consecutive sends."""
-    interp = Interp(create_machine(load("toggle"), logic=MachineLogic(actions={"count": lambda i, c, e, a: c.__setitem__("n", c.get("n", 0) + 1)}))).start()
+    interp = Interp(
+        create_machine(
+            load("toggle"),
+            logic=MachineLogic(
+                actions={"count": lambda i, c, e, a: c.__setitem__("n", c.get("n", 0) + 1)}
+            ),
+        )
+    ).start()
     interp.send_events(["FLIP", {"type": "FLIP"}, "FLIP"])
     assert (interp.value, interp.context["n"]) == ("on", 3)
 
@@ -113,7 +123,9 @@ def test_a_snapshot_written_by_xstate_statemachine_0_11_0_restores() -> None:
     xsm = pytest.importorskip("xstate_statemachine")
     logging.disable(logging.CRITICAL)
     try:
-        theirs_machine = xsm.create_machine(player("deep"), logic=xsm.MachineLogic(actions={"note": lambda *a: None}))
+        theirs_machine = xsm.create_machine(
+            player("deep"), logic=xsm.MachineLogic(actions={"note": lambda *a: None})
+        )
         theirs = xsm.SyncInterpreter(theirs_machine).start()
         for event in ("NEXT", "NEXT", "OFF"):
             theirs.send(event)
@@ -132,7 +144,11 @@ def test_a_snapshot_written_by_xstate_statemachine_0_11_0_restores() -> None:
 def test_a_0_11_0_snapshot_with_a_pending_timer_fires_it() -> None:
     """A timer pending in a 0.11.0 snapshot is re-armed for its wall-clock due time."""
     xsm = pytest.importorskip("xstate_statemachine")
-    chart = {"id": "t", "initial": "wait", "states": {"wait": {"after": {"500": "done"}}, "done": {}}}
+    chart = {
+        "id": "t",
+        "initial": "wait",
+        "states": {"wait": {"after": {"500": "done"}}, "done": {}},
+    }
     logging.disable(logging.CRITICAL)
     try:
         theirs = xsm.SyncInterpreter(xsm.create_machine(chart), clock=xsm.SimulatedClock()).start()
@@ -156,7 +172,11 @@ def test_wait_for_and_to_promise_on_the_async_engine() -> None:
     chart = {
         "id": "m",
         "initial": "a",
-        "states": {"a": {"after": {"20": "b"}}, "b": {"after": {"20": "c"}}, "c": {"type": "final", "output": {"ok": 1}}},
+        "states": {
+            "a": {"after": {"20": "b"}},
+            "b": {"after": {"20": "c"}},
+            "c": {"type": "final", "output": {"ok": 1}},
+        },
     }
 
     async def main() -> tuple[Any, ...]:
@@ -164,7 +184,9 @@ def test_wait_for_and_to_promise_on_the_async_engine() -> None:
         await interp.wait_for("b", timeout=2)
         reached_b = interp.value
         output = await interp.to_promise(timeout=2)
-        stuck = await Interpreter(create_machine({"id": "s", "initial": "x", "states": {"x": {}, "y": {}}})).start()
+        stuck = await Interpreter(
+            create_machine({"id": "s", "initial": "x", "states": {"x": {}, "y": {}}})
+        ).start()
         with pytest.raises(TimeoutError):
             await stuck.wait_for(lambda i: i.matches("y"), timeout=0.05)
         await stuck.stop()

@@ -10,7 +10,12 @@ from xsm_celery import MachineLogic, SimulatedClock, SyncInterpreter, create_mac
 
 def counter() -> SyncInterpreter:
     """A machine counting ADD events, remembering which thread ran each action."""
-    config = {"id": "m", "initial": "a", "context": {"seen": []}, "states": {"a": {"on": {"ADD": {"actions": "add"}}}}}
+    config = {
+        "id": "m",
+        "initial": "a",
+        "context": {"seen": []},
+        "states": {"a": {"on": {"ADD": {"actions": "add"}}}},
+    }
 
     def add(interp: Any, ctx: Any, event: Any, action: Any) -> None:
         ctx["seen"].append((event.payload["sender"], event.payload["n"], threading.get_ident()))
@@ -58,7 +63,9 @@ def test_clock_increment_drains_mailboxes_of_its_interpreters() -> None:
     machine = create_machine(config)
     first = SyncInterpreter(machine, clock=clock).start()
     second = SyncInterpreter(machine, clock=clock).start()
-    thread = threading.Thread(target=lambda: (first.send_threadsafe("GO"), second.send_threadsafe("GO")))
+    thread = threading.Thread(
+        target=lambda: (first.send_threadsafe("GO"), second.send_threadsafe("GO"))
+    )
     thread.start()
     thread.join()
     clock.increment(0)

@@ -89,7 +89,11 @@ def test_unhandled_event_is_a_no_op() -> None:
 
 def test_all_guards_false_reports_denied() -> None:
     """When the state handles the event but every guard says no, the receipt is denied."""
-    config = {"id": "m", "initial": "a", "states": {"a": {"on": {"GO": {"guard": "no", "target": "b"}}}, "b": {}}}
+    config = {
+        "id": "m",
+        "initial": "a",
+        "states": {"a": {"on": {"GO": {"guard": "no", "target": "b"}}}, "b": {}},
+    }
     interp = run(config, MachineLogic(guards={"no": lambda c, e: False}))
     receipt = interp.send("GO", wait=True)
     assert receipt.denied
@@ -157,9 +161,7 @@ def test_deep_and_custom_id_targets() -> None:
     assert interp.current_state_ids == {"player.off"}
 
 
-@pytest.mark.parametrize(
-    "target", ["b.c2", "#deep.c2", "m.b.c2", "#m.b.c2", "#bee.c2"]
-)
+@pytest.mark.parametrize("target", ["b.c2", "#deep.c2", "m.b.c2", "#m.b.c2", "#bee.c2"])
 def test_target_forms_resolve(target: str) -> None:
     """Sibling paths, custom ids, ids with a path and full ids all resolve."""
     config = {
@@ -246,7 +248,12 @@ def test_exit_transition_entry_order_across_levels() -> None:
                 "states": {
                     "a1": {
                         "exit": {"type": "note", "params": {"text": "exit a1"}},
-                        "on": {"GO": {"target": "#b1", "actions": {"type": "note", "params": {"text": "go"}}}},
+                        "on": {
+                            "GO": {
+                                "target": "#b1",
+                                "actions": {"type": "note", "params": {"text": "go"}},
+                            }
+                        },
                     }
                 },
             },
@@ -328,7 +335,9 @@ def test_events_sent_from_actions_run_after_the_step() -> None:
             "c": {},
         },
     }
-    logic = MachineLogic(actions={"kick": kick, "entered": lambda i, c, e, a: order.append("b entered")})
+    logic = MachineLogic(
+        actions={"kick": kick, "entered": lambda i, c, e, a: order.append("b entered")}
+    )
     interp = run(config, logic)
     interp.send("GO")
     assert order == ["kick saw a", "b entered"]

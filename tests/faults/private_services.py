@@ -81,9 +81,17 @@ class PrivatePostgres:
             os.chown(self.dir, user.pw_uid, user.pw_gid)
             self._as_postgres = ["runuser", "-u", "postgres", "--"]
         self._run(
-            str(self.bindir / "initdb"), "-D", str(self.data), "-U", "postgres",
-            "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions",
-        )  # fmt: skip
+            str(self.bindir / "initdb"),
+            "-D",
+            str(self.data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+            "--no-instructions",
+        )
 
     @property
     def url(self) -> str:
@@ -111,17 +119,27 @@ class PrivatePostgres:
             "-c full_page_writes=off -c max_connections=200"
         )
         self._run(
-            str(self.bindir / "pg_ctl"), "-D", str(self.data), "-l", str(self.logfile),
-            "-o", options, "-w", "-t", "60", "start",
-        )  # fmt: skip
+            str(self.bindir / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.logfile),
+            "-o",
+            options,
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
         _wait_port(self.port, True, 30, "private PostgreSQL")
 
     def stop(self) -> None:
         """Stop at once, as a crash would (``-m immediate``); clients see their connection die."""
         if not (self.data / "postmaster.pid").exists():
             return
-        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w",
-                  "stop")  # fmt: skip
+        self._run(
+            str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"
+        )
         _wait_port(self.port, False, 30, "private PostgreSQL")
 
     def close(self) -> None:

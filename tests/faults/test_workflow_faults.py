@@ -49,8 +49,14 @@ SLACK_S = 5.0
 class Faults:
     """This test's cluster, its producer's workflows and the private services."""
 
-    def __init__(self, cluster: Cluster, producer: Celery, flows: dict[str, Workflow],
-                 pg: PrivatePostgres, redis: PrivateRedis) -> None:  # fmt: skip
+    def __init__(
+        self,
+        cluster: Cluster,
+        producer: Celery,
+        flows: dict[str, Workflow],
+        pg: PrivatePostgres,
+        redis: PrivateRedis,
+    ) -> None:
         self.cluster = cluster
         self.producer = producer
         self.flows = flows
@@ -107,8 +113,13 @@ def faults(
         "FAULT_GRACE": str(GRACE_S),
         "FAULT_SPOOL": str(tmp_path / "spool"),
     }
-    cluster = Cluster(broker=volatile_redis.url(0), backend=volatile_redis.url(1),
-                      workdir=tmp_path, app=APP, extra_env=env)  # fmt: skip
+    cluster = Cluster(
+        broker=volatile_redis.url(0),
+        backend=volatile_redis.url(1),
+        workdir=tmp_path,
+        app=APP,
+        extra_env=env,
+    )
     producer = cluster.producer()
     producer.conf.xsm_workflow_store = private_postgres.url
     producer.conf.xsm_attempt_markers = volatile_redis.url(2)
@@ -134,8 +145,9 @@ def test_an_always_failing_action_under_the_default_policy_is_one_dead_letter_af
     faults.worker("a")
     key = faults.start("faultdefault", "default")
     sent = faults.flows["faultdefault"].send(key, "BOOM")
-    [letter] = wait_for(lambda: faults.dead_letters("faultdefault", key), 60,
-                        "the dead letter", every=0.2)  # fmt: skip
+    [letter] = wait_for(
+        lambda: faults.dead_letters("faultdefault", key), 60, "the dead letter", every=0.2
+    )
     assert faults.runs("boom", key) == 5, _dump(faults)
     assert letter.attempts == 5
     assert letter.reason == "task_exhausted"
@@ -165,9 +177,15 @@ def test_postgres_down_for_30s_during_a_step_applies_every_event_once(faults: Fa
         flow.send(key, "NOTE")
     time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - down_at)))
     faults.pg.start()
-    wait_for(lambda: faults.context("fault", key).get("notes") == 10
-             and faults.context("fault", key).get("slow") == 1,
-             60, "the ten events and the slow step", every=0.2)  # fmt: skip
+    wait_for(
+        lambda: (
+            faults.context("fault", key).get("notes") == 10
+            and faults.context("fault", key).get("slow") == 1
+        ),
+        60,
+        "the ten events and the slow step",
+        every=0.2,
+    )
     time.sleep(2.0)  # a late duplicate would land now
     ctx = faults.context("fault", key)
     assert (ctx["notes"], ctx["slow"]) == (10, 1), _dump(faults)
@@ -187,8 +205,12 @@ def test_postgres_down_for_30s_while_a_task_step_completes_applies_the_completio
     down_at = time.monotonic()
     time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - down_at)))
     faults.pg.start()
-    wait_for(lambda: faults.context("fault", key).get("_state") == "paid", 60,
-             "the completion", every=0.2)  # fmt: skip
+    wait_for(
+        lambda: faults.context("fault", key).get("_state") == "paid",
+        60,
+        "the completion",
+        every=0.2,
+    )
     # Long enough for a re-dispatch by the Beat scan (timeout_s 3 s + grace) to answer too.
     time.sleep(faultapp.TASK_STEP_TIMEOUT_S + GRACE_S + BEAT_PERIOD_S + 4.0)
     ctx = faults.context("fault", key)
@@ -208,9 +230,15 @@ def test_a_key_held_longer_than_the_lock_timeout_loses_no_event(faults: Faults) 
     wait_for(lambda: faults.runs("slow", key) >= 1, 30, "the slow step to start")
     for _ in range(5):
         flow.send(key, "NOTE")
-    wait_for(lambda: faults.context("fault", key).get("slow") == 1
-             and faults.context("fault", key).get("notes") == 5,
-             OUTAGE_S + 60, "the slow step and the five events", every=0.2)  # fmt: skip
+    wait_for(
+        lambda: (
+            faults.context("fault", key).get("slow") == 1
+            and faults.context("fault", key).get("notes") == 5
+        ),
+        OUTAGE_S + 60,
+        "the slow step and the five events",
+        every=0.2,
+    )
     time.sleep(2.0)
     ctx = faults.context("fault", key)
     assert (ctx["slow"], ctx["notes"]) == (1, 5), _dump(faults)
@@ -231,15 +259,23 @@ def test_a_worker_killed_holding_a_countdown_timer_does_not_lose_it(faults: Faul
     key = faults.start("fault", "timer")
     armed_at = time.time()
     faults.flows["fault"].send(key, "WAIT")
-    wait_for(lambda: faults.context("fault", key).get("_state") == "waiting", 30,
-             "the timer to be armed", every=0.1)  # fmt: skip
+    wait_for(
+        lambda: faults.context("fault", key).get("_state") == "waiting",
+        30,
+        "the timer to be armed",
+        every=0.1,
+    )
     wait_for(lambda: _scheduled(faults, victim) >= 1, 30, "the worker to hold the ETA message")
     faults.cluster.stop(victim, signal.SIGKILL)
     faults.worker("e2", pool="solo")
     faults.cluster.start_beat()
     bound = faultapp.TIMER_MS / 1000 + BEAT_PERIOD_S + GRACE_S + SLACK_S
-    wait_for(lambda: faults.context("fault", key).get("fired_at"),
-             bound + 10, "the timer to fire", every=0.2)  # fmt: skip
+    wait_for(
+        lambda: faults.context("fault", key).get("fired_at"),
+        bound + 10,
+        "the timer to fire",
+        every=0.2,
+    )
     ctx = faults.context("fault", key)
     assert ctx["_state"] == "timedOut"
     late = ctx["fired_at"] - armed_at
@@ -274,8 +310,12 @@ def test_the_broker_restarted_empty_loses_no_timer_and_no_task_step(faults: Faul
     note_key = faults.start("fault", "bnote")
     armed_at = time.time()
     flow.send(timer_key, "WAIT")
-    wait_for(lambda: faults.context("fault", timer_key).get("_state") == "waiting", 30,
-             "the timer to be armed", every=0.1)  # fmt: skip
+    wait_for(
+        lambda: faults.context("fault", timer_key).get("_state") == "waiting",
+        30,
+        "the timer to be armed",
+        every=0.1,
+    )
     flow.send(pay_key, "PAY", amount=11, sleep_s=3.0)
     wait_for(lambda: faults.runs("charge", pay_key) >= 1, 30, "the task step to start")
     dispatched_at = time.time()
@@ -302,12 +342,18 @@ def test_the_broker_restarted_empty_loses_no_timer_and_no_task_step(faults: Faul
             paid_at.append(time.time())
         return bool(paid_at) and bool(faults.context("fault", timer_key).get("fired_at"))
 
-    wait_for(settled, max(timer_bound, task_bound) + SLACK_S + 20 - time.time(),
-             "the timer and the task step's result", every=0.2)  # fmt: skip
+    wait_for(
+        settled,
+        max(timer_bound, task_bound) + SLACK_S + 20 - time.time(),
+        "the timer and the task step's result",
+        every=0.2,
+    )
     timer = faults.context("fault", timer_key)
     assert timer["_state"] == "timedOut"
-    assert timer["fired_at"] <= timer_bound + SLACK_S, (timer["fired_at"] - timer_bound,
-                                                         _dump(faults))  # fmt: skip
+    assert timer["fired_at"] <= timer_bound + SLACK_S, (
+        timer["fired_at"] - timer_bound,
+        _dump(faults),
+    )
     assert paid_at[0] <= task_bound + SLACK_S, (paid_at[0] - task_bound, _dump(faults))
     paid = faults.context("fault", pay_key)
     assert paid["done"] == 1
@@ -321,9 +367,10 @@ def test_the_broker_restarted_empty_loses_no_timer_and_no_task_step(faults: Faul
 def test_forged_retry_counters_in_the_step_message_change_nothing(faults: Faults) -> None:
     """failures=99 does not skip the retries; failures=-10**6 does not loop; no forged error."""
     faults.worker("g")
-    forged = {"skip": {"failures": 99, "lost": 0, "runs": 0, "errors": [{"forged": "x"}]},
-              "loop": {"failures": -1_000_000, "lost": 0, "runs": 0,
-                       "errors": [{"forged": "x"}]}}  # fmt: skip
+    forged = {
+        "skip": {"failures": 99, "lost": 0, "runs": 0, "errors": [{"forged": "x"}]},
+        "loop": {"failures": -1_000_000, "lost": 0, "runs": 0, "errors": [{"forged": "x"}]},
+    }
     keys = {}
     for label, kwargs in forged.items():
         key = faults.start("fault", f"forged-{label}")
@@ -331,8 +378,9 @@ def test_forged_retry_counters_in_the_step_message_change_nothing(faults: Faults
         message = {"id": uuid.uuid4().hex, "kind": "event", "type": "BOOM"}
         faults.producer.send_task("xsm.workflow.fault", args=[key, message], kwargs=kwargs)
     for label, key in keys.items():
-        [letter] = wait_for(lambda k=key: faults.dead_letters("fault", k), 60,
-                            f"the {label} dead letter", every=0.2)  # fmt: skip
+        [letter] = wait_for(
+            lambda k=key: faults.dead_letters("fault", k), 60, f"the {label} dead letter", every=0.2
+        )
         assert letter.attempts == 5, (label, _dump(faults))
         assert "forged" not in json.dumps(letter.errors), letter.errors
         assert letter.task_kwargs in ({}, None)
@@ -348,8 +396,7 @@ def test_a_card_number_in_a_failing_event_is_written_nowhere(faults: Faults) -> 
     faults.worker("h")
     key = faults.start("fault", "secret")
     sent = faults.flows["fault"].send(key, "DECLINE", card_number=faultapp.CARD)
-    [letter] = wait_for(lambda: faults.dead_letters("fault", key), 60, "the dead letter",
-                        every=0.2)  # fmt: skip
+    [letter] = wait_for(lambda: faults.dead_letters("fault", key), 60, "the dead letter", every=0.2)
     assert faults.runs("decline", key) == 5
     result = faults.producer.AsyncResult(sent.id)
     wait_for(lambda: result.state == "FAILURE", 20, "the step task to fail", every=0.2)

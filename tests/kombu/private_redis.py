@@ -65,17 +65,25 @@ class PrivateRedis:
         """Start the server (no-op if it runs) and wait until it accepts connections."""
         if self.running:
             return
-        durability = ["--appendonly", "yes", "--appendfsync", "always"] if self.persistent \
-            else ["--appendonly", "no"]  # fmt: skip
+        durability = (
+            ["--appendonly", "yes", "--appendfsync", "always"]
+            if self.persistent
+            else ["--appendonly", "no"]
+        )
         self.process = subprocess.Popen(
             [
                 self.binary,
-                "--port", str(self.port),
-                "--bind", "127.0.0.1",
-                "--dir", str(self.dir),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.dir),
                 *durability,
-                "--save", "",
-                "--daemonize", "no",
+                "--save",
+                "",
+                "--daemonize",
+                "no",
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

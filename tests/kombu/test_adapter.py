@@ -51,9 +51,13 @@ def _raw_publish(url: str, queue: str, body: str | bytes, headers: dict[str, obj
     """Publish like a foreign producer would: straight through kombu, any headers."""
     with Connection(url) as conn:
         Producer(conn.default_channel).publish(
-            body, routing_key=queue, exchange=ANONYMOUS, headers=headers,
-            content_type=CONTENT_TYPE, content_encoding="utf-8",
-        )  # fmt: skip
+            body,
+            routing_key=queue,
+            exchange=ANONYMOUS,
+            headers=headers,
+            content_type=CONTENT_TYPE,
+            content_encoding="utf-8",
+        )
 
 
 def test_each_partition_consumer_gets_only_its_subjects(url: str, topic: str) -> None:
@@ -61,9 +65,10 @@ def test_each_partition_consumer_gets_only_its_subjects(url: str, topic: str) ->
     with KombuBrokerAdapter(url, partitions=4) as producer:
         sent = [Envelope.new(type="t", subject=f"o-{n % 10}", data={"n": n}) for n in range(40)]
         producer.publish_many(topic, sent)
-    with KombuBrokerAdapter(url, partitions=4, consume=[0, 1]) as left, KombuBrokerAdapter(
-        url, partitions=4, consume=[2, 3]
-    ) as right:
+    with (
+        KombuBrokerAdapter(url, partitions=4, consume=[0, 1]) as left,
+        KombuBrokerAdapter(url, partitions=4, consume=[2, 3]) as right,
+    ):
         a, b = _drain(left, topic), _drain(right, topic)
     assert {e.subject for e in a}.isdisjoint({e.subject for e in b})
     assert sorted(e.id for e in a + b) == sorted(e.id for e in sent)
@@ -157,9 +162,10 @@ def test_several_consumers_of_every_partition_keep_subject_order(rabbitmq_url: s
         with KombuBrokerAdapter(rabbitmq_url, partitions=3) as producer:
             producer.declare(name)
             sent = [Envelope.new(type="t", subject=f"o-{n % 6}", data={"n": n}) for n in range(60)]
-            with KombuBrokerAdapter(rabbitmq_url, partitions=3) as a, KombuBrokerAdapter(
-                rabbitmq_url, partitions=3
-            ) as b:
+            with (
+                KombuBrokerAdapter(rabbitmq_url, partitions=3) as a,
+                KombuBrokerAdapter(rabbitmq_url, partitions=3) as b,
+            ):
                 list(a.subscribe(name, timeout=0.2))
                 list(b.subscribe(name, timeout=0.2))
                 producer.publish_many(name, sent)
@@ -231,9 +237,10 @@ def test_a_broker_never_reached_is_an_outage_not_a_refusal(scheme: str) -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     url = f"{scheme}://guest:guest@127.0.0.1:{port}/"
-    with KombuBrokerAdapter(url, retries=0) as adapter, pytest.raises(
-        BrokerUnavailableError, match="unreachable"
-    ) as info:
+    with (
+        KombuBrokerAdapter(url, retries=0) as adapter,
+        pytest.raises(BrokerUnavailableError, match="unreachable") as info,
+    ):
         adapter.publish("t", Envelope.new(type="t", subject="s"))
     assert is_broker_outage(info.value)
 

@@ -54,9 +54,12 @@ def test_poison_is_dead_lettered_and_acked_after_max_attempts(url: str, topic: s
     calls: list[int] = []
     dlq = MemoryDeadLetterStore()
     dispatcher = InboundDispatcher(
-        MemoryStore(), {STEP_TYPE: poison(calls)}, inbox=MemoryInbox(), max_attempts=3,
+        MemoryStore(),
+        {STEP_TYPE: poison(calls)},
+        inbox=MemoryInbox(),
+        max_attempts=3,
         dead_letters=dlq,
-    )  # fmt: skip
+    )
     with KombuBrokerAdapter(url) as broker:
         broker.publish(topic, _step("acct-1", 1))
         for _ in range(10):
@@ -110,7 +113,9 @@ def _corrupt_bodies() -> dict[str, str]:
         "oversized": json.dumps({**base, "data": {"blob": "x" * (1024 * 1024 + 10)}}),
         "deeply nested": json.dumps({**base, "id": new_id(), "data": nest(80)}),
         "credential extension": json.dumps({**base, "id": new_id(), "authorization": "Bearer x"}),
-        "no subject": json.dumps({k: v for k, v in {**base, "id": new_id()}.items() if k != "subject"}),
+        "no subject": json.dumps(
+            {k: v for k, v in {**base, "id": new_id()}.items() if k != "subject"}
+        ),
         "bad traceparent": json.dumps({**base, "id": new_id(), "traceparent": "nope"}),
     }
 
@@ -119,7 +124,9 @@ def test_corrupt_envelopes_are_dead_lettered_as_corrupt_never_raised(url: str, t
     """Malformed, oversized, deep and credential-bearing bodies: corrupt dead letters, acked."""
     dlq = MemoryDeadLetterStore()
     store = MemoryStore()
-    dispatcher = InboundDispatcher(store, {STEP_TYPE: recorder()}, inbox=MemoryInbox(), dead_letters=dlq)
+    dispatcher = InboundDispatcher(
+        store, {STEP_TYPE: recorder()}, inbox=MemoryInbox(), dead_letters=dlq
+    )
     bodies = _corrupt_bodies()
     with KombuBrokerAdapter(url) as broker:
         broker.declare(topic)
@@ -127,9 +134,12 @@ def test_corrupt_envelopes_are_dead_lettered_as_corrupt_never_raised(url: str, t
             producer = Producer(conn.default_channel)
             for body in bodies.values():
                 producer.publish(
-                    body, routing_key=topic, exchange=ANONYMOUS,
-                    content_type=CONTENT_TYPE, content_encoding="utf-8",
-                )  # fmt: skip
+                    body,
+                    routing_key=topic,
+                    exchange=ANONYMOUS,
+                    content_type=CONTENT_TYPE,
+                    content_encoding="utf-8",
+                )
         broker.publish(topic, _step("acct-1", 7))
         result = dispatcher.run_once_sync(broker, topic)
     assert result.dead_lettered == len(bodies)
@@ -167,7 +177,9 @@ def test_dispatcher_keeps_running_through_a_redis_restart(private_redis: Private
     consumer = KombuBrokerAdapter(url, retries=2, transport_options=options)
     handled: list[int] = []
     loop = threading.Thread(
-        target=lambda: handled.append(consume_forever(dispatcher, consumer, topic, stop, backoff_s=0.2))
+        target=lambda: handled.append(
+            consume_forever(dispatcher, consumer, topic, stop, backoff_s=0.2)
+        )
     )
     subjects = [f"acct-{k}" for k in range(5)]
     try:

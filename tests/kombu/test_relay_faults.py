@@ -30,15 +30,20 @@ def test_killed_relay_rows_are_relayed_by_another_none_lost(
     outbox_file = tmp_path / "outbox.db"
     progress = tmp_path / "progress"
     outbox = SQLiteOutboxStore(outbox_file)
-    rows = [
-        Envelope.new(type=STEP_TYPE, subject=f"acct-{n % 4}", data={"n": n}) for n in range(40)
-    ]
+    rows = [Envelope.new(type=STEP_TYPE, subject=f"acct-{n % 4}", data={"n": n}) for n in range(40)]
     outbox.add_many([(topic, env) for env in rows])
     victim = subprocess.Popen(
-        [sys.executable, "-m", "tests.kombu.relay_victim", str(outbox_file), redis_db_url,
-         str(progress)],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tests.kombu.relay_victim",
+            str(outbox_file),
+            redis_db_url,
+            str(progress),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         deadline = time.monotonic() + 30
         while not (progress.exists() and int(progress.read_text() or 0) >= 10):

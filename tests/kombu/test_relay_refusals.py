@@ -148,7 +148,9 @@ def test_a_closed_port_is_an_outage_never_counted(tmp_path: Path) -> None:
     """Ten runs (sync and async) against a RabbitMQ port nobody listens on count nothing."""
     outbox = SQLiteOutboxStore(tmp_path / "outbox.db")
     outbox.add_many([("down", _env(n)) for n in range(3)])
-    with KombuBrokerAdapter(f"amqp://guest:guest@127.0.0.1:{_closed_port()}//", retries=0) as broker:
+    with KombuBrokerAdapter(
+        f"amqp://guest:guest@127.0.0.1:{_closed_port()}//", retries=0
+    ) as broker:
         relay = OutboxRelay(outbox, broker, max_attempts=1)
         for _ in range(5):
             with pytest.raises(BrokerUnavailableError, match="unreachable"):

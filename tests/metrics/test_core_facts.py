@@ -16,8 +16,11 @@ from xsm_celery.hooks import Fact, FactKind
 from xsm_celery.patterns import CircuitBreaker
 from xsm_celery.persistence import DueTimerScanner, MemoryInbox, MemoryStore
 
-SHIPPING = {"id": "shipping", "initial": "waiting",
-            "states": {"waiting": {"on": {"order.paid": "packing"}}, "packing": {}}}
+SHIPPING = {
+    "id": "shipping",
+    "initial": "waiting",
+    "states": {"waiting": {"on": {"order.paid": "packing"}}, "packing": {}},
+}
 
 
 @pytest.fixture
@@ -69,23 +72,36 @@ def test_relay_reports_rows_per_topic(facts: list[Fact]) -> None:
 def test_dispatcher_outcomes_and_its_dead_letters(facts: list[Fact]) -> None:
     """Processed, duplicate and dead-lettered deliveries each report their outcome."""
     broker = SyncFakeBrokerAdapter()
-    dispatcher = InboundDispatcher(MemoryStore(), {"order.paid": create_machine(SHIPPING)},
-                                   inbox=MemoryInbox())
+    dispatcher = InboundDispatcher(
+        MemoryStore(), {"order.paid": create_machine(SHIPPING)}, inbox=MemoryInbox()
+    )
     env = Envelope.new(type="order.paid", subject="o-1")
     for item in (env, env, Envelope.new(type="order.lost", subject="o-2")):
         broker.publish("orders", item)
     result = dispatcher.run_once_sync(broker, "orders")
     assert (result.processed, result.duplicates, result.dead_lettered) == (1, 1, 1)
-    outcomes = [(f["outcome"], f["machine"], f["topic"]) for f in of(facts, FactKind.DISPATCH_OUTCOME)]
-    assert outcomes == [("processed", "shipping", "orders"), ("duplicate", "shipping", "orders"),
-                        ("dead_lettered", None, "orders")]
+    outcomes = [
+        (f["outcome"], f["machine"], f["topic"]) for f in of(facts, FactKind.DISPATCH_OUTCOME)
+    ]
+    assert outcomes == [
+        ("processed", "shipping", "orders"),
+        ("duplicate", "shipping", "orders"),
+        ("dead_lettered", None, "orders"),
+    ]
     [dead] = of(facts, FactKind.DEAD_LETTER_WRITTEN)
     assert (dead["source"], dead["reason"]) == ("dispatcher", "unknown_event")
     record = dispatcher.dead_letters.all()[0]
     dispatcher.machine_for_type["order.lost"] = create_machine(
-        {**SHIPPING, "states": {"waiting": {"on": {"order.lost": "packing"}}, "packing": {}}})
-    replay_dead_letter(dispatcher.dead_letters, record.id, dispatcher, reason="chart added",
-                       dry_run=False, force=True)
+        {**SHIPPING, "states": {"waiting": {"on": {"order.lost": "packing"}}, "packing": {}}}
+    )
+    replay_dead_letter(
+        dispatcher.dead_letters,
+        record.id,
+        dispatcher,
+        reason="chart added",
+        dry_run=False,
+        force=True,
+    )
     [replayed] = of(facts, FactKind.DEAD_LETTER_REPLAYED)
     assert (replayed["source"], replayed["outcome"]) == ("dispatcher", "processed")
 
@@ -105,8 +121,13 @@ def test_the_dead_letter_plugin_reports_its_records(facts: list[Fact]) -> None:
     from xsm_celery import SyncInterpreter
     from xsm_celery.patterns import DeadLetterPlugin, DeadLetterStore
 
-    chart = create_machine({"id": "job", "initial": "working", "states": {
-        "working": {"on": {"FAIL": "dead"}}, "dead": {"tags": ["dead-letter"]}}})
+    chart = create_machine(
+        {
+            "id": "job",
+            "initial": "working",
+            "states": {"working": {"on": {"FAIL": "dead"}}, "dead": {"tags": ["dead-letter"]}},
+        }
+    )
     store = DeadLetterStore()
     interp = SyncInterpreter(chart)
     interp.use(DeadLetterPlugin(store))

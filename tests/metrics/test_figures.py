@@ -89,8 +89,11 @@ def test_failed_outbox_rows_are_a_figure_and_a_gauge(db_url: str) -> None:
     figures = read_figures(Sources(outbox=outbox))
     assert figures.outbox is not None
     assert (figures.outbox.pending, figures.outbox.failed) == (2, 1)
-    gauges = {m.name: m.samples[0].value for m in StoreFiguresCollector(Sources(outbox=outbox))
-              .collect() if m.name.startswith("xsm_outbox")}  # fmt: skip
+    gauges = {
+        m.name: m.samples[0].value
+        for m in StoreFiguresCollector(Sources(outbox=outbox)).collect()
+        if m.name.startswith("xsm_outbox")
+    }
     assert gauges["xsm_outbox_backlog"] == 2
     assert gauges["xsm_outbox_failed_rows"] == 1
 
@@ -118,15 +121,21 @@ def test_read_figures_reports_each_part_and_survives_a_down_store() -> None:
     timers = MemoryTimerStore()
     timers.schedule("job", NOW - 12.5, {})
     instances = MemoryStore()
-    door = create_machine({"id": "door", "initial": "closed",
-                           "states": {"closed": {"on": {"OPEN": "open"}}, "open": {}}})
+    door = create_machine(
+        {
+            "id": "door",
+            "initial": "closed",
+            "states": {"closed": {"on": {"OPEN": "open"}}, "open": {}},
+        }
+    )
     for key, events in (("d1", ["OPEN"]), ("d2", ["OPEN"]), ("d3", [])):
         interp = SyncInterpreter(door).start()
         for event in events:
             interp.send(event)
         instances.save(key, interp.get_snapshot())
-    figures = read_figures(Sources(dead_letters=dead, outbox=outbox, timers=timers,
-                                   instances=instances), now=NOW)
+    figures = read_figures(
+        Sources(dead_letters=dead, outbox=outbox, timers=timers, instances=instances), now=NOW
+    )
     assert figures.dead_letters == {"1h": {"corrupt": 1}, "24h": {"corrupt": 2}}
     assert figures.outbox is not None
     assert figures.outbox.pending == 1

@@ -70,8 +70,11 @@ def test_retried_attempts_are_one_trace(
     app, _ = worker_app
     result = app.send_task("obs.flaky", args=(uuid.uuid4().hex, 2))
     assert result.get(timeout=30, interval=0.01) == "ok"
-    found = wait_for(lambda: len(_task_spans(spans, "obs.flaky")) >= 3 and
-                     _task_spans(spans, "obs.flaky"), 10, "three attempt spans")
+    found = wait_for(
+        lambda: len(_task_spans(spans, "obs.flaky")) >= 3 and _task_spans(spans, "obs.flaky"),
+        10,
+        "three attempt spans",
+    )
     assert [s.attributes["xsm.attempt"] for s in found] == [1, 2, 3]
     assert [s.attributes["xsm.outcome"] for s in found] == ["retry", "retry", "succeeded"]
     assert len({s.context.trace_id for s in found}) == 1
@@ -110,8 +113,11 @@ def test_a_durable_timer_keeps_the_trace(
     assert row.payload["headers"]["traceparent"].startswith("00-")
     wait_for(lambda: fire_due_timers(app) == 1, 5, "the timer to come due and fire")
     assert result.get(timeout=30, interval=0.01) == "late"
-    found = wait_for(lambda: len(_task_spans(spans, "obs.slow")) >= 2 and
-                     _task_spans(spans, "obs.slow"), 10, "two attempt spans")
+    found = wait_for(
+        lambda: len(_task_spans(spans, "obs.slow")) >= 2 and _task_spans(spans, "obs.slow"),
+        10,
+        "two attempt spans",
+    )
     assert found[0].context.trace_id == found[1].context.trace_id
     assert found[1].parent.span_id == found[0].context.span_id
 
@@ -128,8 +134,9 @@ def test_no_argument_value_reaches_a_label_a_log_line_an_event_or_a_span(
     stops = [
         hooks.subscribe(PrometheusMetrics(registry).handle),
         hooks.subscribe(FactLogger().handle),
-        hooks.subscribe(lambda f: events.append(event_fields(f.fields))
-                        if f.kind in EVENT_TYPES else None),
+        hooks.subscribe(
+            lambda f: events.append(event_fields(f.fields)) if f.kind in EVENT_TYPES else None
+        ),
     ]
     try:
         with caplog.at_level(logging.DEBUG):
@@ -138,8 +145,11 @@ def test_no_argument_value_reaches_a_label_a_log_line_an_event_or_a_span(
             doomed = app.send_task("obs.doomed", args=(SECRET,))
             with pytest.raises(ValueError, match=SECRET):
                 doomed.get(timeout=30, interval=0.01)
-            wait_for(lambda: any(e.get("reason") == "non_retryable" for e in events), 10,
-                     "the dead-letter event")
+            wait_for(
+                lambda: any(e.get("reason") == "non_retryable" for e in events),
+                10,
+                "the dead-letter event",
+            )
     finally:
         for stop in stops:
             stop()
@@ -155,6 +165,12 @@ def test_no_argument_value_reaches_a_label_a_log_line_an_event_or_a_span(
     assert events
     assert SECRET not in json.dumps(events)
     for span in spans.get_finished_spans():
-        text = json.dumps([span.name, dict(span.attributes or {}),
-                           [dict(e.attributes or {}) for e in span.events]], default=str)
+        text = json.dumps(
+            [
+                span.name,
+                dict(span.attributes or {}),
+                [dict(e.attributes or {}) for e in span.events],
+            ],
+            default=str,
+        )
         assert SECRET not in text

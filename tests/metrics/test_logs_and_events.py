@@ -22,8 +22,15 @@ def test_a_retry_is_one_record_with_stable_fields(caplog: pytest.LogCaptureFixtu
     stop = hooks.subscribe(FactLogger(logging.getLogger(name)).handle)
     try:
         with caplog.at_level(logging.INFO, logger=name):
-            hooks.emit(FactKind.RETRY_SCHEDULED, task="shop.charge", task_id="t-1", attempt=2,
-                       exception="ConnectionError", delay_s=1.5, durable=False)
+            hooks.emit(
+                FactKind.RETRY_SCHEDULED,
+                task="shop.charge",
+                task_id="t-1",
+                attempt=2,
+                exception="ConnectionError",
+                delay_s=1.5,
+                durable=False,
+            )
             hooks.emit(FactKind.TIMER_FIRED, purpose="retry", lag_s=0.1)
     finally:
         stop()
@@ -40,8 +47,10 @@ def test_a_retry_is_one_record_with_stable_fields(caplog: pytest.LogCaptureFixtu
 
 def test_log_fields_are_redacted_and_plain() -> None:
     """A secret-named field is masked, and a non-plain value (a carrier dict) is left out."""
-    fields = log_fields(FactKind.DEAD_LETTER_WRITTEN,
-                        {"reason": "corrupt", "api_token": "tok_live_1", "carrier": {"a": 1}})
+    fields = log_fields(
+        FactKind.DEAD_LETTER_WRITTEN,
+        {"reason": "corrupt", "api_token": "tok_live_1", "carrier": {"a": 1}},
+    )
     assert fields["xsm_event"] == "dead_letter_written"
     assert fields["xsm_reason"] == "corrupt"
     assert fields["xsm_api_token"] != "tok_live_1"
@@ -51,16 +60,29 @@ def test_log_fields_are_redacted_and_plain() -> None:
 def test_every_watched_fact_has_an_event_type() -> None:
     """Retries, give-ups, dead letters, replays, deferrals, transitions are Celery events."""
     assert {k.value for k in EVENT_TYPES} == {
-        "retry_scheduled", "gave_up", "dead_letter_written", "dead_letter_replayed",
-        "limit_deferred", "workflow_transition", "breaker_transition",
+        "retry_scheduled",
+        "gave_up",
+        "dead_letter_written",
+        "dead_letter_replayed",
+        "limit_deferred",
+        "workflow_transition",
+        "breaker_transition",
     }
     assert all(t.startswith("xsm-") for t in EVENT_TYPES.values())
 
 
 def test_event_fields_drop_reserved_and_structured_values() -> None:
     """Fields the dispatcher sets, and anything not a plain value, stay out of the event."""
-    fields = event_fields({"type": "x", "hostname": "h", "task": "t", "traceparents": ("a",),
-                           "delay_s": 1.0, "note": "n" * 500})
+    fields = event_fields(
+        {
+            "type": "x",
+            "hostname": "h",
+            "task": "t",
+            "traceparents": ("a",),
+            "delay_s": 1.0,
+            "note": "n" * 500,
+        }
+    )
     assert fields == {"task": "t", "delay_s": 1.0, "note": "n" * 200}
 
 
@@ -87,6 +109,11 @@ def test_the_new_settings_are_known_keys() -> None:
     from xsm_celery.celery import read_settings
 
     app = Celery("obs-keys")
-    app.conf.update(xsm_metrics_port=9808, xsm_metrics_addr="0.0.0.0", xsm_tracing=True,
-                    xsm_send_events=True, xsm_log_facts=False)
+    app.conf.update(
+        xsm_metrics_port=9808,
+        xsm_metrics_addr="0.0.0.0",
+        xsm_tracing=True,
+        xsm_send_events=True,
+        xsm_log_facts=False,
+    )
     assert read_settings(app) is not None

@@ -36,8 +36,14 @@ def test_attempts_retries_and_give_ups_are_counted(
     """Attempt outcomes, retries by exception type and their delays, and give-ups."""
     _, reg = metrics
     for outcome in ("retry", "retry", "succeeded"):
-        hooks.emit(FactKind.ATTEMPT_FINISHED, task="t.pay", attempt=1, outcome=outcome,
-                   exception=None, duration_s=0.02)
+        hooks.emit(
+            FactKind.ATTEMPT_FINISHED,
+            task="t.pay",
+            attempt=1,
+            outcome=outcome,
+            exception=None,
+            duration_s=0.02,
+        )
     hooks.emit(FactKind.RETRY_SCHEDULED, task="t.pay", exception="ConnectionError", delay_s=0.5)
     hooks.emit(FactKind.RETRY_SCHEDULED, task="t.pay", exception="ConnectionError", delay_s=2.0)
     hooks.emit(FactKind.GAVE_UP, task="t.pay", exception="ValueError")
@@ -72,13 +78,20 @@ def test_dead_letters_timers_relay_and_dispatch(
 def test_breaker_state_and_limits(metrics: tuple[PrometheusMetrics, CollectorRegistry]) -> None:
     """A breaker's transitions and current state, a limit's admissions and deferrals."""
     _, reg = metrics
-    hooks.emit(FactKind.BREAKER_TRANSITION, breaker="psp", from_state="closed", to_state="open",
-               scope="process")
+    hooks.emit(
+        FactKind.BREAKER_TRANSITION,
+        breaker="psp",
+        from_state="closed",
+        to_state="open",
+        scope="process",
+    )
     assert value(reg, "xsm_breaker_state", breaker="psp", scope="process") == 2
     hooks.emit(FactKind.BREAKER_TRANSITION, name="psp", to_state="half_open", scope="process")
     assert value(reg, "xsm_breaker_state", breaker="psp", scope="process") == 1
-    assert value(reg, "xsm_breaker_transitions_total", breaker="psp", scope="process",
-                 state="open") == 1
+    assert (
+        value(reg, "xsm_breaker_transitions_total", breaker="psp", scope="process", state="open")
+        == 1
+    )
     hooks.emit(FactKind.LIMIT_ADMITTED, limit="psp-rate")
     hooks.emit(FactKind.LIMIT_DEFERRED, limiter="psp-rate")
     assert value(reg, "xsm_limit_admissions_total", limit="psp-rate") == 1

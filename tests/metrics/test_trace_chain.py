@@ -20,8 +20,15 @@ ORDER = {
     "initial": "open",
     "context": {"total": 0},
     "states": {
-        "open": {"on": {"PAY": {"target": "paid", "actions": "setTotal",
-                                "meta": {"publish": {"type": "order.paid", "data": ["total"]}}}}},
+        "open": {
+            "on": {
+                "PAY": {
+                    "target": "paid",
+                    "actions": "setTotal",
+                    "meta": {"publish": {"type": "order.paid", "data": ["total"]}},
+                }
+            }
+        },
         "paid": {"type": "final"},
     },
 }
@@ -52,7 +59,9 @@ def test_publish_relay_and_consume_share_one_trace(
     """The envelope carries the publishing span; relay and dispatch spans are its children."""
     sdk, exporter = provider
     outbox = MemoryOutboxStore()
-    logic = MachineLogic(actions={"setTotal": lambda i, ctx, e, a: ctx.update(total=e.payload["total"])})
+    logic = MachineLogic(
+        actions={"setTotal": lambda i, ctx, e, a: ctx.update(total=e.payload["total"])}
+    )
     order = create_machine(ORDER, logic=logic)
     with sdk.get_tracer("shop").start_as_current_span("checkout") as checkout:
         interp = SyncInterpreter(order)
@@ -96,8 +105,15 @@ def test_a_workflow_step_span_continues_its_events_trace(
     with sdk.get_tracer("shop").start_as_current_span("send event") as sender:
         carrier: dict[str, str] = {}
         hooks.emit(hooks.FactKind.OUTBOUND, carrier=carrier)
-    hooks.emit(hooks.FactKind.WORKFLOW_STEP, workflow="checkout", event="PAID", outcome="processed",
-               attempt=1, traceparent=carrier["traceparent"], duration_s=0.25)
+    hooks.emit(
+        hooks.FactKind.WORKFLOW_STEP,
+        workflow="checkout",
+        event="PAID",
+        outcome="processed",
+        attempt=1,
+        traceparent=carrier["traceparent"],
+        duration_s=0.25,
+    )
     [step] = [s for s in exporter.get_finished_spans() if s.name == "xsm.workflow checkout"]
     assert step.parent.span_id == sender.get_span_context().span_id
     assert step.attributes["xsm.event"] == "PAID"

@@ -49,22 +49,45 @@ class Worker:
 
     def __init__(self, workdir: Path) -> None:
         redis_url = services.REDIS_URL
-        self.cluster = Cluster(broker=_db(redis_url, BROKER_DB), backend=_db(redis_url, BACKEND_DB),
-                               workdir=workdir)
+        self.cluster = Cluster(
+            broker=_db(redis_url, BROKER_DB), backend=_db(redis_url, BACKEND_DB), workdir=workdir
+        )
         self.port = _free_port()
         self.topic = f"xsm-obs-{uuid.uuid4().hex[:8]}"
         self.outbox_url = f"sqlite:///{workdir / 'outbox.db'}"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        env = {**self.cluster.env(), "XSM_TEST_METRICS_PORT": str(self.port),
-               "XSM_TEST_OUTBOX": self.outbox_url}
+        env = {
+            **self.cluster.env(),
+            "XSM_TEST_METRICS_PORT": str(self.port),
+            "XSM_TEST_OUTBOX": self.outbox_url,
+        }
         log = open(self.cluster.workdir / "w1.log", "ab")  # noqa: SIM115 - lives with the process
-        args = [sys.executable, "-m", "celery", "-A", APP, "worker", "-P", "prefork", "-c", "2",
-                "-n", "w1@%h", "-Q", self.cluster.queue, "-l", "INFO",
-                "--without-gossip", "--without-mingle", "--without-heartbeat"]  # fmt: skip
-        self.proc = subprocess.Popen(args, cwd=self.cluster.workdir, env=env, stdout=log,
-                                     stderr=log)
+        args = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            APP,
+            "worker",
+            "-P",
+            "prefork",
+            "-c",
+            "2",
+            "-n",
+            "w1@%h",
+            "-Q",
+            self.cluster.queue,
+            "-l",
+            "INFO",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ]
+        self.proc = subprocess.Popen(
+            args, cwd=self.cluster.workdir, env=env, stdout=log, stderr=log
+        )
         self.cluster.procs.append(self.proc)
         self.cluster._wait_ready("w1", self.proc)
 
@@ -163,15 +186,24 @@ def test_scrape_after_retries_a_dead_letter_a_relay_and_a_timer(worker: Worker) 
             assert slow.get(timeout=60, interval=0.05) == "late"
             app.send_task("xsm_celery.relay_outbox")
             samples = wait_for(
-                lambda: (s := worker.scrape()) and value(
-                    s, "xsm_outbox_relayed_rows_total", topic=worker.topic) == 3 and s,
-                30, "the relay's rows in the scrape")
-            wait_for(lambda: any(e["type"] == "xsm-dead-letter" for e in events.seen), 15,
-                     "the dead-letter event")
+                lambda: (
+                    (s := worker.scrape())
+                    and value(s, "xsm_outbox_relayed_rows_total", topic=worker.topic) == 3
+                    and s
+                ),
+                30,
+                "the relay's rows in the scrape",
+            )
+            wait_for(
+                lambda: any(e["type"] == "xsm-dead-letter" for e in events.seen),
+                15,
+                "the dead-letter event",
+            )
     finally:
         app.close()
-    assert value(samples, "xsm_task_retries_total", task="obs.flaky",
-                 exception="ConnectionError") == 2
+    assert (
+        value(samples, "xsm_task_retries_total", task="obs.flaky", exception="ConnectionError") == 2
+    )
     assert value(samples, "xsm_task_attempts_total", task="obs.flaky", outcome="retry") == 2
     assert value(samples, "xsm_task_attempts_total", task="obs.flaky", outcome="succeeded") == 1
     assert value(samples, "xsm_task_attempts_total", task="obs.doomed", outcome="gave_up") == 1
@@ -205,7 +237,11 @@ def test_a_breaker_opened_in_a_child_shows_in_the_scrape_and_the_status(worker: 
         app.close()
     samples = worker.scrape()
     assert value(samples, "xsm_breaker_state", breaker="psp", scope="process") == 2
-    assert value(samples, "xsm_breaker_transitions_total", breaker="psp", scope="process",
-                 state="open") == 1
+    assert (
+        value(
+            samples, "xsm_breaker_transitions_total", breaker="psp", scope="process", state="open"
+        )
+        == 1
+    )
     assert [(s.kind, s.name, s.state) for s in states] == [("breaker", "psp", "open")]
     assert states[0].worker.startswith("w1@")

@@ -34,9 +34,7 @@ def config(**overrides: object) -> AIMDConfig:
     span=st.integers(0, 20),
     factor=st.floats(0.05, 0.95),
     increase=st.integers(1, 5),
-    outcomes=st.lists(
-        st.tuples(st.floats(0, 2), st.floats(0, 0.3), st.booleans()), max_size=80
-    ),
+    outcomes=st.lists(st.tuples(st.floats(0, 2), st.floats(0, 0.3), st.booleans()), max_size=80),
 )
 def test_the_limit_stays_within_bounds_and_moves_once_per_interval(
     low: int,
@@ -69,7 +67,9 @@ def test_the_limit_stays_within_bounds_and_moves_once_per_interval(
             assert now - last_change >= 0.5
             last_change = now
             assert after == (
-                max(low, int(before * factor)) if after < before else min(low + span, before + increase)
+                max(low, int(before * factor))
+                if after < before
+                else min(low + span, before + increase)
             )
 
 

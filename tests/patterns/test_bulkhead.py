@@ -40,7 +40,9 @@ class Gauge:
     threads=st.integers(2, 10),
     hold=st.floats(0.0, 0.004),
 )
-def test_never_more_than_max_concurrent_run(limit: int, queue: int, threads: int, hold: float) -> None:
+def test_never_more_than_max_concurrent_run(
+    limit: int, queue: int, threads: int, hold: float
+) -> None:
     """Real threads racing through a bulkhead never run more than ``max_concurrent`` bodies."""
     guard = Bulkhead(BulkheadConfig(max_concurrent=limit, queue_size=queue))
     gauge = Gauge()

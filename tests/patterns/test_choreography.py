@@ -28,7 +28,9 @@ def order_machine() -> Machine:
             "id": "order",
             "initial": "new",
             "states": {
-                "new": {"on": {"PLACE": {"target": "awaiting", "meta": {"publish": "order.placed"}}}},
+                "new": {
+                    "on": {"PLACE": {"target": "awaiting", "meta": {"publish": "order.placed"}}}
+                },
                 "awaiting": {
                     "on": {"PAID": {"target": "completed", "meta": {"publish": "order.completed"}}}
                 },
@@ -62,11 +64,18 @@ def ping_pong() -> tuple[Machine, Machine]:
                 "id": name,
                 "initial": "playing",
                 "states": {
-                    "playing": {"on": {"HIT": {"target": "playing", "reenter": True,
-                                               "meta": {"publish": sends}}}},
+                    "playing": {
+                        "on": {
+                            "HIT": {
+                                "target": "playing",
+                                "reenter": True,
+                                "meta": {"publish": sends},
+                            }
+                        }
+                    },
                 },
             }
-        )  # fmt: skip
+        )
 
     return player("ping", "ping.hit"), player("pong", "pong.hit")
 
@@ -141,8 +150,11 @@ def test_a_cycle_between_routes_stops_after_max_rounds() -> None:
         plugins=[OutboxPlugin(bus, topic="events")],
     )
     bus.publish("events", Envelope.new(type="serve", subject="match-1"))
-    with pytest.raises(RuntimeError, match=r"choreography did not settle in 7 rounds \(an event "
-                       r"loop between machines\?\)") as caught:  # fmt: skip
+    with pytest.raises(
+        RuntimeError,
+        match=r"choreography did not settle in 7 rounds \(an event "
+        r"loop between machines\?\)",
+    ) as caught:
         router.run_until_quiet_sync(bus, max_rounds=7)
     assert isinstance(caught.value, ChoreographyUnsettledError)
     assert isinstance(caught.value, XsmError)
@@ -190,9 +202,7 @@ def test_dedup_key_on_causationid_absorbs_a_re_minted_event() -> None:
             "context": {"n": 0},
             "states": {"open": {"on": {"CREDIT": {"actions": "count"}}}},
         },
-        logic=MachineLogic(
-            actions={"count": lambda i, ctx, e, a: ctx.update(n=ctx["n"] + 1)}
-        ),
+        logic=MachineLogic(actions={"count": lambda i, ctx, e, a: ctx.update(n=ctx["n"] + 1)}),
     )
 
     def run(dedup: Any) -> int:

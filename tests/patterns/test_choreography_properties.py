@@ -18,7 +18,9 @@ def runner(index: int) -> Machine:
             "id": f"m{index}",
             "initial": "ready",
             "states": {
-                "ready": {"on": {"GO": {"target": "done", "meta": {"publish": f"leg{index}.done"}}}},
+                "ready": {
+                    "on": {"GO": {"target": "done", "meta": {"publish": f"leg{index}.done"}}}
+                },
                 "done": {"type": "final"},
             },
         }

@@ -98,10 +98,14 @@ def test_only_listed_exceptions_count() -> None:
     assert breaker.state == "open"
 
 
-@pytest.mark.parametrize("exc_type", [KeyboardInterrupt, SystemExit, asyncio.CancelledError, GeneratorExit])
+@pytest.mark.parametrize(
+    "exc_type", [KeyboardInterrupt, SystemExit, asyncio.CancelledError, GeneratorExit]
+)
 def test_control_flow_exceptions_are_never_counted(exc_type: type[BaseException]) -> None:
     """KeyboardInterrupt / SystemExit / CancelledError propagate and are not failures."""
-    breaker = CircuitBreaker(failure_threshold=1, exceptions=(BaseException,), clock=SimulatedClock())
+    breaker = CircuitBreaker(
+        failure_threshold=1, exceptions=(BaseException,), clock=SimulatedClock()
+    )
 
     def stop() -> None:
         raise exc_type()
@@ -114,7 +118,9 @@ def test_control_flow_exceptions_are_never_counted(exc_type: type[BaseException]
 def test_uncounted_exception_frees_the_probe_slot() -> None:
     """A probe that raises an uncounted exception gives its slot back (no stuck half-open)."""
     clock = SimulatedClock()
-    breaker = CircuitBreaker(failure_threshold=1, cooldown_ms=10, exceptions=(ValueError,), clock=clock)
+    breaker = CircuitBreaker(
+        failure_threshold=1, cooldown_ms=10, exceptions=(ValueError,), clock=clock
+    )
 
     def value_error() -> None:
         raise ValueError("x")
@@ -263,7 +269,9 @@ def test_late_failure_from_before_the_trip_is_dropped() -> None:
 def test_late_probe_success_after_reopen_is_dropped() -> None:
     """A probe's success arriving after another probe re-opened the circuit is ignored."""
     clock = SimulatedClock()
-    breaker = CircuitBreaker(failure_threshold=1, cooldown_ms=100, half_open_max_calls=2, clock=clock)
+    breaker = CircuitBreaker(
+        failure_threshold=1, cooldown_ms=100, half_open_max_calls=2, clock=clock
+    )
     trip(breaker)
     clock.increment(101)
 
@@ -374,7 +382,9 @@ def test_logging_inspector_shows_every_trip(caplog: pytest.LogCaptureFixture) ->
     from xsm_celery.engine import LoggingInspector
 
     caplog.set_level(logging.INFO, logger="xsm_celery.inspector")
-    breaker = CircuitBreaker(failure_threshold=1, plugins=[LoggingInspector()], name="pay", clock=SimulatedClock())
+    breaker = CircuitBreaker(
+        failure_threshold=1, plugins=[LoggingInspector()], name="pay", clock=SimulatedClock()
+    )
     trip(breaker)
     assert "open" in caplog.text
     assert "pay" in caplog.text

@@ -18,7 +18,9 @@ WAIT = 30.0
 
 def half_open_breaker(max_calls: int) -> CircuitBreaker:
     clock = SimulatedClock()
-    breaker = CircuitBreaker(failure_threshold=1, cooldown_ms=1_000, half_open_max_calls=max_calls, clock=clock)
+    breaker = CircuitBreaker(
+        failure_threshold=1, cooldown_ms=1_000, half_open_max_calls=max_calls, clock=clock
+    )
     with pytest.raises(RuntimeError):
         breaker.call(_fail)
     clock.increment(1_001)
@@ -40,7 +42,9 @@ def wait_until(predicate: Any, timeout: float = WAIT) -> None:
 
 @pytest.mark.parametrize(("threads", "probes"), [(32, 1), (128, 2), (512, 7)])
 @pytest.mark.parametrize("one_fails", [False, True])
-def test_barrier_at_half_open_admits_exactly_n_probes(threads: int, probes: int, one_fails: bool) -> None:
+def test_barrier_at_half_open_admits_exactly_n_probes(
+    threads: int, probes: int, one_fails: bool
+) -> None:
     """Threads released by a barrier at half-open: exactly N targets run, the rest get half_open rejections."""
     breaker = half_open_breaker(probes)
     barrier = threading.Barrier(threads)
@@ -188,7 +192,9 @@ def test_plugin_reading_state_inside_on_transition_does_not_deadlock() -> None:
     holder: dict[str, CircuitBreaker] = {}
 
     class Reader(PluginBase):
-        def on_transition(self, interpreter: Any, from_states: Any, to_states: Any, transition: Any) -> None:
+        def on_transition(
+            self, interpreter: Any, from_states: Any, to_states: Any, transition: Any
+        ) -> None:
             if "breaker" in holder:
                 seen.append(holder["breaker"].state)
 

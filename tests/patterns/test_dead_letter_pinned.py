@@ -21,7 +21,9 @@ from xsm_celery.patterns import (
 
 
 def fail_with_key(interp: Any, ctx: dict[str, Any], event: Any) -> None:
-    raise ConnectionError(f"gateway down for {ctx.get('key', '?')} api_key={ctx.get('api_key', '')}")
+    raise ConnectionError(
+        f"gateway down for {ctx.get('key', '?')} api_key={ctx.get('api_key', '')}"
+    )
 
 
 def retry_logic(max_attempts: int = 3, work: Any = fail_with_key) -> MachineLogic:
@@ -107,7 +109,9 @@ def test_initial_dead_letter_state_writes_nothing() -> None:
     }
     store = DeadLetterStore()
     logic = MachineLogic(actions={"noop": lambda *a: None})
-    interp = SyncInterpreter(create_machine(chart, logic=logic)).use(DeadLetterPlugin(store)).start()
+    interp = (
+        SyncInterpreter(create_machine(chart, logic=logic)).use(DeadLetterPlugin(store)).start()
+    )
     interp.send("PING")
     interp.send("UNKNOWN")
     assert store.all() == []
@@ -142,7 +146,11 @@ def test_plugin_on_a_child_actor() -> None:
         "initial": "running",
         "states": {"running": {"on": {"GIVE_UP": "dead"}}, "dead": {"tags": ["dead-letter"]}},
     }
-    parent = SyncInterpreter(create_machine(parent_chart), clock=clock).use(DeadLetterPlugin(parent_store)).start()
+    parent = (
+        SyncInterpreter(create_machine(parent_chart), clock=clock)
+        .use(DeadLetterPlugin(parent_store))
+        .start()
+    )
     child = SyncInterpreter(machine, clock=clock).use(DeadLetterPlugin(store)).start()
     clock.increment(10_000)
     assert [r.machine_id for r in store.all()] == [child.id]
@@ -162,7 +170,11 @@ def test_blocking_sink_blocks_the_step() -> None:
         gate.wait(10)
         seen.append(record)
 
-    chart = {"id": "m", "initial": "idle", "states": {"idle": {"on": {"FAIL": "dead"}}, "dead": {"tags": ["dead-letter"]}}}
+    chart = {
+        "id": "m",
+        "initial": "idle",
+        "states": {"idle": {"on": {"FAIL": "dead"}}, "dead": {"tags": ["dead-letter"]}},
+    }
     interp = SyncInterpreter(create_machine(chart)).use(DeadLetterPlugin(sink)).start()
     returned = threading.Event()
 
@@ -213,7 +225,9 @@ def test_chain_is_per_machine_across_parallel_regions() -> None:
 
     store = DeadLetterStore()
     logic = MachineLogic(services={"failA": fail_a, "failB": fail_b})
-    interp = SyncInterpreter(create_machine(chart, logic=logic)).use(DeadLetterPlugin(store)).start()
+    interp = (
+        SyncInterpreter(create_machine(chart, logic=logic)).use(DeadLetterPlugin(store)).start()
+    )
     interp.send("GO")
     [record] = store.all()
     assert record.state_id == "m.b.dead"

@@ -33,7 +33,12 @@ def always_fail(message: str = "upstream 503") -> Any:
 
 
 def run_to_dead_letter(
-    plugin: DeadLetterPlugin, work: Any = None, *, max_attempts: int = 3, chart: dict[str, Any] | None = None, **context: Any
+    plugin: DeadLetterPlugin,
+    work: Any = None,
+    *,
+    max_attempts: int = 3,
+    chart: dict[str, Any] | None = None,
+    **context: Any,
 ) -> SyncInterpreter:
     policy = RetryPolicy(max_attempts=max_attempts, base_ms=100, jitter="none")
     logic = policy.logic().merge(MachineLogic(services={"work": work or always_fail()}))
@@ -57,10 +62,19 @@ def test_seed_record() -> None:
         "upstream 503 (attempt 2)",
         "upstream 503 (attempt 3)",
     ]
-    assert record.errors[0] == {"source": "service", "name": "work", "type": "ConnectionError", "message": "upstream 503 (attempt 1)"}
+    assert record.errors[0] == {
+        "source": "service",
+        "name": "work",
+        "type": "ConnectionError",
+        "message": "upstream 503 (attempt 1)",
+    }
     assert record.snapshot["context"]["api_key"] == "***"
     assert ERRORS_CONTEXT_KEY not in record.snapshot["context"]
-    assert (record.machine_id, record.state_id, record.reason) == ("job", "job.deadLettered", "dead_letter_state")
+    assert (record.machine_id, record.state_id, record.reason) == (
+        "job",
+        "job.deadLettered",
+        "dead_letter_state",
+    )
     assert record.machine_hash == interp.machine.structure_hash
     assert DeadLetter.from_json(record.to_json()) == record
     assert "sk-live-secret" not in record.to_json()
@@ -93,9 +107,15 @@ def test_errors_are_strings_never_exceptions() -> None:
         raise LookupError("audit table missing")
 
     policy = RetryPolicy(max_attempts=2, base_ms=100, jitter="none")
-    logic = policy.logic().merge(MachineLogic(services={"work": always_fail()}, actions={"audit": audit}))
+    logic = policy.logic().merge(
+        MachineLogic(services={"work": always_fail()}, actions={"audit": audit})
+    )
     clock = SimulatedClock()
-    interp = SyncInterpreter(create_machine(chart, logic=logic), clock=clock).use(DeadLetterPlugin(store)).start()  # keep a reference: the clock holds it weakly
+    interp = (
+        SyncInterpreter(create_machine(chart, logic=logic), clock=clock)
+        .use(DeadLetterPlugin(store))
+        .start()
+    )  # keep a reference: the clock holds it weakly
     clock.increment(10_000)
     clock.increment(10_000)
     assert interp.matches("job.deadLettered")
@@ -113,7 +133,9 @@ def test_messages_are_cut_and_secrets_masked() -> None:
         raise RuntimeError(f"token {ctx['password']} rejected " + "x" * 5_000)
 
     store = DeadLetterStore()
-    run_to_dead_letter(DeadLetterPlugin(store), work, max_attempts=1, password="hunter2-very-secret")
+    run_to_dead_letter(
+        DeadLetterPlugin(store), work, max_attempts=1, password="hunter2-very-secret"
+    )
     [record] = store.all()
     message = record.errors[0]["message"]
     assert len(message) <= MAX_ERROR_MESSAGE
@@ -139,7 +161,9 @@ def test_event_payload_is_redacted() -> None:
 def test_custom_redact_keys() -> None:
     """redact_keys= replaces the denylist."""
     store = DeadLetterStore()
-    run_to_dead_letter(DeadLetterPlugin(store, redact_keys=("customer",)), customer="Ada", api_key="visible")
+    run_to_dead_letter(
+        DeadLetterPlugin(store, redact_keys=("customer",)), customer="Ada", api_key="visible"
+    )
     [record] = store.all()
     assert record.snapshot["context"]["customer"] == "***"
     assert record.snapshot["context"]["api_key"] == "visible"
@@ -181,7 +205,10 @@ def test_max_errors_keeps_the_newest() -> None:
     """max_errors caps the chain, dropping the oldest entries."""
     store = DeadLetterStore()
     run_to_dead_letter(DeadLetterPlugin(store, max_errors=2), max_attempts=5)
-    assert [e["message"] for e in store.all()[0].errors] == ["upstream 503 (attempt 4)", "upstream 503 (attempt 5)"]
+    assert [e["message"] for e in store.all()[0].errors] == [
+        "upstream 503 (attempt 4)",
+        "upstream 503 (attempt 5)",
+    ]
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True])
@@ -227,7 +254,9 @@ def test_raising_sink_is_logged_reraised_and_harmless(caplog: pytest.LogCaptureF
     records: list[DeadLetter] = []
 
     class Watcher(PluginBase):
-        def on_plugin_error(self, interpreter: Any, plugin: Any, hook: str, error: BaseException) -> None:
+        def on_plugin_error(
+            self, interpreter: Any, plugin: Any, hook: str, error: BaseException
+        ) -> None:
             reported.append((hook, error))
 
     def sink(record: DeadLetter) -> None:
@@ -239,7 +268,12 @@ def test_raising_sink_is_logged_reraised_and_harmless(caplog: pytest.LogCaptureF
     policy = RetryPolicy(max_attempts=1, base_ms=10, jitter="none")
     logic = policy.logic().merge(MachineLogic(services={"work": always_fail()}))
     clock = SimulatedClock()
-    interp = SyncInterpreter(create_machine(chart, logic=logic), clock=clock).use(Watcher()).use(DeadLetterPlugin(sink)).start()
+    interp = (
+        SyncInterpreter(create_machine(chart, logic=logic), clock=clock)
+        .use(Watcher())
+        .use(DeadLetterPlugin(sink))
+        .start()
+    )
     clock.increment(1_000)
     assert interp.matches("job.deadLettered")
     assert interp.status == "running"
@@ -260,7 +294,15 @@ def test_recovery_then_new_failure_starts_a_fresh_chain() -> None:
     """
     store = DeadLetterStore()
     chart = cycling_chart()
-    outcomes = iter([ConnectionError("a1"), ConnectionError("a2"), None, ConnectionError("b1"), ConnectionError("b2")])
+    outcomes = iter(
+        [
+            ConnectionError("a1"),
+            ConnectionError("a2"),
+            None,
+            ConnectionError("b1"),
+            ConnectionError("b2"),
+        ]
+    )
 
     def work(interp: Any, ctx: Any, event: Any) -> str:
         outcome = next(outcomes)
@@ -271,7 +313,11 @@ def test_recovery_then_new_failure_starts_a_fresh_chain() -> None:
     policy = RetryPolicy(max_attempts=2, base_ms=10, jitter="none")
     logic = policy.logic().merge(MachineLogic(services={"work": work}))
     clock = SimulatedClock()
-    interp = SyncInterpreter(create_machine(chart, logic=logic), clock=clock).use(DeadLetterPlugin(store)).start()
+    interp = (
+        SyncInterpreter(create_machine(chart, logic=logic), clock=clock)
+        .use(DeadLetterPlugin(store))
+        .start()
+    )
     clock.increment(1_000)
     assert interp.matches("job.deadLettered")
     interp.send("AGAIN")  # attempt counter still 2: only retryReset zeroes it
@@ -297,9 +343,17 @@ def test_clean_service_done_clears_the_chain() -> None:
             raise outcome
         return "ok"
 
-    logic = RetryPolicy(max_attempts=3, base_ms=10, jitter="none").logic().merge(MachineLogic(services={"work": work}))
+    logic = (
+        RetryPolicy(max_attempts=3, base_ms=10, jitter="none")
+        .logic()
+        .merge(MachineLogic(services={"work": work}))
+    )
     clock = SimulatedClock()
-    interp = SyncInterpreter(create_machine(chart, logic=logic), clock=clock).use(DeadLetterPlugin(DeadLetterStore())).start()
+    interp = (
+        SyncInterpreter(create_machine(chart, logic=logic), clock=clock)
+        .use(DeadLetterPlugin(DeadLetterStore()))
+        .start()
+    )
     assert len(interp.context[ERRORS_CONTEXT_KEY]) == 1
     clock.increment(10)
     assert interp.matches("job.done")
@@ -316,7 +370,11 @@ def test_non_retryable_reason() -> None:
     policy = RetryPolicy(max_attempts=5, base_ms=10, jitter="none", give_up_on=PermissionError)
     logic = policy.logic().merge(MachineLogic(services={"work": work}))
     clock = SimulatedClock()
-    interp = SyncInterpreter(create_machine(retry_chart(), logic=logic), clock=clock).use(DeadLetterPlugin(store)).start()  # keep a reference: the clock holds it weakly
+    interp = (
+        SyncInterpreter(create_machine(retry_chart(), logic=logic), clock=clock)
+        .use(DeadLetterPlugin(store))
+        .start()
+    )  # keep a reference: the clock holds it weakly
     clock.increment(0)
     assert interp.matches("job.deadLettered")
     [record] = store.all()
@@ -330,7 +388,11 @@ def test_counter_not_reset_between_episodes_gives_short_chain() -> None:
     policy = RetryPolicy(max_attempts=2, base_ms=10, jitter="none")
     logic = policy.logic().merge(MachineLogic(services={"work": always_fail()}))
     clock = SimulatedClock()
-    interp = SyncInterpreter(create_machine(cycling_chart(), logic=logic), clock=clock).use(DeadLetterPlugin(store)).start()
+    interp = (
+        SyncInterpreter(create_machine(cycling_chart(), logic=logic), clock=clock)
+        .use(DeadLetterPlugin(store))
+        .start()
+    )
     clock.increment(1_000)
     interp.send("AGAIN")
     clock.increment(1_000)

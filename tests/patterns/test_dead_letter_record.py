@@ -17,7 +17,9 @@ def make(**overrides: object) -> DeadLetter:
         "state_id": "job.deadLettered",
         "event": {"type": "xsm.after.1000.job.retrying", "payload": {}},
         "attempts": 3,
-        "errors": [{"source": "service", "name": "work", "type": "ConnectionError", "message": "503"}],
+        "errors": [
+            {"source": "service", "name": "work", "type": "ConnectionError", "message": "503"}
+        ],
         "snapshot": {"context": {"attempt": 3}},
         "taken_at": 1_700_000_000.5,
     }
@@ -38,7 +40,12 @@ def test_defaults() -> None:
 
 def test_json_round_trip() -> None:
     """to_json / from_json give back an equal record."""
-    record = make(task_name="billing.charge", task_args=[1, "a"], task_kwargs={"k": 2}, reason="task_exhausted")
+    record = make(
+        task_name="billing.charge",
+        task_args=[1, "a"],
+        task_kwargs={"k": 2},
+        reason="task_exhausted",
+    )
     again = DeadLetter.from_json(record.to_json())
     assert again == record
     assert json.loads(record.to_json())["task_name"] == "billing.charge"
@@ -46,7 +53,9 @@ def test_json_round_trip() -> None:
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
     max_leaves=10,
 )
 
@@ -57,9 +66,13 @@ json_values = st.recursive(
     taken_at=st.floats(min_value=0, max_value=4e9),
     reason=st.sampled_from(list(DeadLetterReason)),
 )
-def test_round_trip_property(payload: dict[str, object], attempts: int | None, taken_at: float, reason: DeadLetterReason) -> None:
+def test_round_trip_property(
+    payload: dict[str, object], attempts: int | None, taken_at: float, reason: DeadLetterReason
+) -> None:
     """Any JSON payload, attempts, time and reason survive to_json / from_json."""
-    record = make(event={"type": "E", "payload": payload}, attempts=attempts, taken_at=taken_at, reason=reason)
+    record = make(
+        event={"type": "E", "payload": payload}, attempts=attempts, taken_at=taken_at, reason=reason
+    )
     assert DeadLetter.from_json(record.to_json()) == record
 
 
@@ -83,7 +96,9 @@ def test_from_dict_ignores_unknown_keys() -> None:
 def test_from_dict_names_missing_fields() -> None:
     """A dict without required fields is refused naming them."""
     with pytest.raises(ValueError, match="state_id, taken_at"):
-        DeadLetter.from_dict({"machine_id": "x", "event": {}, "attempts": None, "errors": [], "snapshot": {}})
+        DeadLetter.from_dict(
+            {"machine_id": "x", "event": {}, "attempts": None, "errors": [], "snapshot": {}}
+        )
 
 
 def test_from_json_refuses_non_objects() -> None:

@@ -148,7 +148,12 @@ def test_audit_log() -> None:
     assert [e["action"] for e in store.audit_log()] == ["replay", "resolve", "purge"]
     assert [e["action"] for e in store.audit_log("a")] == ["replay", "purge"]
     assert store.audit_log("a")[0] == {
-        "record_id": "a", "action": "replay", "actor": "ops", "reason": "fixed upstream", "outcome": "ok", "at": 7.0,
+        "record_id": "a",
+        "action": "replay",
+        "actor": "ops",
+        "reason": "fixed upstream",
+        "outcome": "ok",
+        "at": 7.0,
     }
 
 

@@ -33,7 +33,11 @@ def test_messages_never_exceed_the_cap(message: str) -> None:
 
 def test_nested_secret_values_are_masked() -> None:
     """A secret under a nested key or a list is masked wherever the message quotes it."""
-    ctx = {"customer": {"card_number": "4111111111111111"}, "tokens": ["tok_live_abcdef"], "order": "o-42"}
+    ctx = {
+        "customer": {"card_number": "4111111111111111"},
+        "tokens": ["tok_live_abcdef"],
+        "order": "o-42",
+    }
     message = "charge o-42 with 4111111111111111 failed; refreshed tok_live_abcdef"
     masked = error_entry("service", "charge", RuntimeError(message), context=ctx)["message"]
     assert masked == "charge o-42 with *** failed; refreshed ***"
@@ -47,7 +51,13 @@ def test_short_secrets_are_not_searched_for() -> None:
 def test_custom_redact_keys() -> None:
     """redact_keys replaces the denylist used to find secret values."""
     ctx = {"customer_name": "Ada Lovelace", "token": "visible-token"}
-    entry = error_entry("action", "notify", ValueError("Ada Lovelace / visible-token"), context=ctx, redact_keys=("customer",))
+    entry = error_entry(
+        "action",
+        "notify",
+        ValueError("Ada Lovelace / visible-token"),
+        context=ctx,
+        redact_keys=("customer",),
+    )
     assert entry["message"] == "*** / visible-token"
 
 

@@ -85,7 +85,10 @@ def test_a_chart_task_giving_up_is_retry_exhausted() -> None:
         Fact(FactKind.GAVE_UP, {"task": "shop.charge", "attempts": 5, "reason": "task_exhausted"})
     )
     assert event == RetryExhaustedEvent(
-        call="shop.charge", attempts=5, reason="task_exhausted", at=event.at  # type: ignore[union-attr]
+        call="shop.charge",
+        attempts=5,
+        reason="task_exhausted",
+        at=event.at,  # type: ignore[union-attr]
     )
 
 

@@ -58,9 +58,7 @@ class TestMemoryBreakerStateBackend(BreakerStateBackendContract):
         max_size=60,
     ),
 )
-def test_leased_slots_never_exceed_the_limit(
-    limit: int, ops: list[tuple[str, int, float]]
-) -> None:
+def test_leased_slots_never_exceed_the_limit(limit: int, ops: list[tuple[str, int, float]]) -> None:
     """Whatever the mix of acquires, renewals, releases and expiries, live holders <= limit."""
     clock = SimulatedClock()
     backend = MemoryConcurrencyBackend(clock=clock)

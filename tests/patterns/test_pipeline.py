@@ -82,7 +82,9 @@ def test_the_seed_order_timeout_breaker_retry() -> None:
             time.sleep(0.01)
     finally:
         stop()
-    assert _gave_up(seen) == [{"call": "Failing", "attempts": _gave_up(seen)[0]["attempts"], "reason": "deadline"}]
+    assert _gave_up(seen) == [
+        {"call": "Failing", "attempts": _gave_up(seen)[0]["attempts"], "reason": "deadline"}
+    ]
 
 
 def _gave_up(facts: list[Fact]) -> list[dict[str, object]]:
@@ -98,7 +100,9 @@ def test_a_fallback_outermost_catches_what_the_others_raise() -> None:
     """A degraded value comes back when the rate limiter refuses."""
     limiter = RateLimiter(rate=1, per=60, burst=1, clock=SimulatedClock())
     pipeline = ResiliencePipeline(
-        order=["fallback", "rate_limiter"], fallback=Fallback().degrade("busy"), rate_limiter=limiter
+        order=["fallback", "rate_limiter"],
+        fallback=Fallback().degrade("busy"),
+        rate_limiter=limiter,
     )
     assert pipeline.call(lambda: "fresh") == "fresh"
     assert pipeline.call(lambda: "fresh") == "busy"

@@ -232,7 +232,9 @@ def test_fail_open_admits_warns_once_and_counts(caplog: pytest.LogCaptureFixture
     seen = []
     stop = subscribe(seen.append)
     try:
-        limiter = RateLimiter(rate=1, per=60, burst=1, backend=DownBackend(3), on_unavailable="fail_open")
+        limiter = RateLimiter(
+            rate=1, per=60, burst=1, backend=DownBackend(3), on_unavailable="fail_open"
+        )
         assert [limiter.try_acquire() for _ in range(5)] == [True, True, True, True, False]
     finally:
         stop()
@@ -245,7 +247,9 @@ def test_fail_open_admits_warns_once_and_counts(caplog: pytest.LogCaptureFixture
 
 def test_fail_closed_refuses_with_a_wait() -> None:
     """Fail closed: calls are refused with a retry time while the backend is down."""
-    limiter = SlidingWindowLimiter(rate=2, per=1, backend=DownBackend(1), on_unavailable="fail_closed")
+    limiter = SlidingWindowLimiter(
+        rate=2, per=1, backend=DownBackend(1), on_unavailable="fail_closed"
+    )
     refusal = limiter.decide()
     assert (refusal.allowed, refusal.retry_after_s) == (False, 0.5)
     assert limiter.try_acquire()

@@ -30,7 +30,9 @@ def _expected_exp(base: float, factor: float, cap: float, attempt: int) -> float
 
 @settings(max_examples=300, deadline=None)
 @given(base=bases, factor=factors, cap=caps, attempt=attempts)
-def test_none_is_exactly_the_capped_exponential(base: float, factor: float, cap: float, attempt: int) -> None:
+def test_none_is_exactly_the_capped_exponential(
+    base: float, factor: float, cap: float, attempt: int
+) -> None:
     """'none' equals min(cap, base * factor ** (n - 1)) and never overflows."""
     policy = RetryPolicy(base_ms=base, factor=factor, max_ms=cap, jitter="none")
     assert policy.delay_ms(attempt) == _expected_exp(base, factor, cap, attempt)
@@ -38,7 +40,9 @@ def test_none_is_exactly_the_capped_exponential(base: float, factor: float, cap:
 
 @settings(max_examples=300, deadline=None)
 @given(base=bases, factor=factors, cap=caps, attempt=attempts, draw=draws)
-def test_full_is_within_zero_and_exp(base: float, factor: float, cap: float, attempt: int, draw: float) -> None:
+def test_full_is_within_zero_and_exp(
+    base: float, factor: float, cap: float, attempt: int, draw: float
+) -> None:
     """'full' lies in [0, exp] and so in [0, max_ms]."""
     policy = RetryPolicy(base_ms=base, factor=factor, max_ms=cap, jitter="full", rng=lambda: draw)
     exp = policy.exponential_ms(attempt)
@@ -48,7 +52,9 @@ def test_full_is_within_zero_and_exp(base: float, factor: float, cap: float, att
 
 @settings(max_examples=300, deadline=None)
 @given(base=bases, factor=factors, cap=caps, attempt=attempts, draw=draws)
-def test_equal_is_within_half_exp_and_exp(base: float, factor: float, cap: float, attempt: int, draw: float) -> None:
+def test_equal_is_within_half_exp_and_exp(
+    base: float, factor: float, cap: float, attempt: int, draw: float
+) -> None:
     """'equal' lies in [exp/2, exp]."""
     policy = RetryPolicy(base_ms=base, factor=factor, max_ms=cap, jitter="equal", rng=lambda: draw)
     exp = policy.exponential_ms(attempt)
@@ -80,7 +86,9 @@ def test_decorrelated_is_within_base_and_three_times_previous(
 def test_ten_thousand_seeded_draws_stay_in_bounds(mode: Jitter) -> None:
     """10,000 seeded draws per mode: every delay in [0, max_ms] and in its mode's range."""
     rng = random.Random(265)
-    policy = RetryPolicy(max_attempts=10, base_ms=100, factor=2.0, max_ms=5_000, jitter=mode, rng=rng.random)
+    policy = RetryPolicy(
+        max_attempts=10, base_ms=100, factor=2.0, max_ms=5_000, jitter=mode, rng=rng.random
+    )
     previous: float | None = None
     for n in range(DRAWS):
         attempt = n % 12 + 1
@@ -111,11 +119,15 @@ def test_decorrelated_is_not_monotone() -> None:
     assert any(b > a for a, b in itertools.pairwise(delays))
 
 
-@pytest.mark.parametrize(("factor", "attempt"), [(1e6, 100), (2.0, 10**6), (1e300, 3), (2.0, 10**20)])
+@pytest.mark.parametrize(
+    ("factor", "attempt"), [(1e6, 100), (2.0, 10**6), (1e300, 3), (2.0, 10**20)]
+)
 def test_huge_growth_gives_the_cap_not_overflow(factor: float, attempt: int) -> None:
     """factor=1e6 or attempt=10**6 give max_ms, never OverflowError."""
     for mode in Jitter:
-        policy = RetryPolicy(base_ms=100, factor=factor, max_ms=30_000, jitter=mode, rng=lambda: 1.0)
+        policy = RetryPolicy(
+            base_ms=100, factor=factor, max_ms=30_000, jitter=mode, rng=lambda: 1.0
+        )
         assert 0 <= policy.delay_ms(attempt) <= 30_000
     assert RetryPolicy(base_ms=100, factor=factor, jitter="none").delay_ms(attempt) == 30_000
 

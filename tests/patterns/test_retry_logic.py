@@ -85,10 +85,18 @@ def test_gives_up_after_max_attempts() -> None:
 def test_previous_delay_is_kept_in_context() -> None:
     """The delay in force is remembered in context['attempt_delay_ms'] (decorrelated reads it)."""
     rng = random.Random(3)
-    policy = RetryPolicy(max_attempts=6, base_ms=100, max_ms=10_000, jitter="decorrelated", rng=rng.random)
+    policy = RetryPolicy(
+        max_attempts=6, base_ms=100, max_ms=10_000, jitter="decorrelated", rng=rng.random
+    )
     _, work = failing(99)
     interp, clock = start(policy, work)
-    mirror = RetryPolicy(max_attempts=6, base_ms=100, max_ms=10_000, jitter="decorrelated", rng=random.Random(3).random)
+    mirror = RetryPolicy(
+        max_attempts=6,
+        base_ms=100,
+        max_ms=10_000,
+        jitter="decorrelated",
+        rng=random.Random(3).random,
+    )
     expected = mirror.delay_ms(1)
     assert interp.context["attempt_delay_ms"] == expected
     clock.increment(expected)
@@ -107,16 +115,40 @@ def test_two_loops_in_one_machine() -> None:
             "upload": {
                 "initial": "go",
                 "states": {
-                    "go": {"invoke": {"src": "up", "onError": {"target": "wait", "actions": "uploadBump"}}},
-                    "wait": {"after": {"uploadDelay": [{"guard": "uploadCanRetry", "target": "go"}, {"target": "gaveUp"}]}},
+                    "go": {
+                        "invoke": {
+                            "src": "up",
+                            "onError": {"target": "wait", "actions": "uploadBump"},
+                        }
+                    },
+                    "wait": {
+                        "after": {
+                            "uploadDelay": [
+                                {"guard": "uploadCanRetry", "target": "go"},
+                                {"target": "gaveUp"},
+                            ]
+                        }
+                    },
                     "gaveUp": {"type": "final"},
                 },
             },
             "notify": {
                 "initial": "go",
                 "states": {
-                    "go": {"invoke": {"src": "note", "onError": {"target": "wait", "actions": "notifyBump"}}},
-                    "wait": {"after": {"notifyDelay": [{"guard": "notifyCanRetry", "target": "go"}, {"target": "gaveUp"}]}},
+                    "go": {
+                        "invoke": {
+                            "src": "note",
+                            "onError": {"target": "wait", "actions": "notifyBump"},
+                        }
+                    },
+                    "wait": {
+                        "after": {
+                            "notifyDelay": [
+                                {"guard": "notifyCanRetry", "target": "go"},
+                                {"target": "gaveUp"},
+                            ]
+                        }
+                    },
                     "gaveUp": {"type": "final"},
                 },
             },
@@ -127,8 +159,13 @@ def test_two_loops_in_one_machine() -> None:
         raise OSError("down")
 
     logic = (
-        RetryPolicy(max_attempts=2, base_ms=10, jitter="none").logic(prefix="upload", attempt_key="tries")
-        .merge(RetryPolicy(max_attempts=4, base_ms=10, jitter="none").logic(prefix="notify", attempt_key="sends"))
+        RetryPolicy(max_attempts=2, base_ms=10, jitter="none")
+        .logic(prefix="upload", attempt_key="tries")
+        .merge(
+            RetryPolicy(max_attempts=4, base_ms=10, jitter="none").logic(
+                prefix="notify", attempt_key="sends"
+            )
+        )
         .merge(MachineLogic(services={"up": fail, "note": fail}))
     )
     clock = SimulatedClock()
@@ -147,7 +184,9 @@ def test_give_up_on_dead_letters_without_waiting() -> None:
         calls["n"] += 1
         raise PermissionError("card declined")
 
-    policy = RetryPolicy(max_attempts=5, base_ms=1_000, jitter="none", give_up_on=(PermissionError,))
+    policy = RetryPolicy(
+        max_attempts=5, base_ms=1_000, jitter="none", give_up_on=(PermissionError,)
+    )
     interp, clock = start(policy, work)
     clock.increment(0)
     assert interp.matches("job.deadLettered")
@@ -179,7 +218,9 @@ def test_should_retry_and_give_up_guards_branch_on_error() -> None:
         raise next(errors)
 
     policy = RetryPolicy(max_attempts=5, base_ms=10, jitter="none", give_up_on=KeyError)
-    machine = create_machine(chart, logic=policy.logic().merge(MachineLogic(services={"work": work})))
+    machine = create_machine(
+        chart, logic=policy.logic().merge(MachineLogic(services={"work": work}))
+    )
     clock = SimulatedClock()
     interp = SyncInterpreter(machine, clock=clock).start()
     assert interp.matches("job.retrying")
@@ -191,7 +232,11 @@ def test_should_retry_and_give_up_guards_branch_on_error() -> None:
 def test_reset_clears_counter_delay_and_error_chain() -> None:
     """retryReset zeroes the counter and drops the remembered delay and the error chain."""
     reset = RetryPolicy().logic().actions["retryReset"]
-    ctx: dict[str, Any] = {"attempt": 4, "attempt_delay_ms": 800.0, ERRORS_CONTEXT_KEY: [{"message": "x"}]}
+    ctx: dict[str, Any] = {
+        "attempt": 4,
+        "attempt_delay_ms": 800.0,
+        ERRORS_CONTEXT_KEY: [{"message": "x"}],
+    }
     reset(None, ctx, None, None)
     assert ctx == {"attempt": 0}
 
@@ -199,7 +244,13 @@ def test_reset_clears_counter_delay_and_error_chain() -> None:
 def test_delay_tolerates_odd_context_values() -> None:
     """A missing, zero or unreadable counter counts as the first attempt; a bad stored delay is ignored."""
     delay = RetryPolicy(base_ms=100, jitter="none").logic().delays["retryDelay"]
-    for ctx in ({}, {"attempt": 0}, {"attempt": "x"}, {"attempt": float("nan")}, {"attempt": 1, "attempt_delay_ms": "bad"}):
+    for ctx in (
+        {},
+        {"attempt": 0},
+        {"attempt": "x"},
+        {"attempt": float("nan")},
+        {"attempt": 1, "attempt_delay_ms": "bad"},
+    ):
         assert delay(dict(ctx), None) == 100
 
 
@@ -214,7 +265,9 @@ def test_refire_from_an_older_snapshot_does_not_double_bump() -> None:
     assert interp.context["attempt"] == 2
     interp.stop()
     logic = policy.logic().merge(MachineLogic(services={"work": work}))
-    again = SyncInterpreter.from_snapshot(saved, create_machine(retry_chart(), logic=logic), clock=clock)
+    again = SyncInterpreter.from_snapshot(
+        saved, create_machine(retry_chart(), logic=logic), clock=clock
+    )
     again.start() if again.status == "not_started" else None
     clock.increment(100)
     assert again.context["attempt"] == 2
@@ -224,7 +277,9 @@ def test_refire_from_an_older_snapshot_does_not_double_bump() -> None:
 def test_every_mode_drives_the_chart(mode: str) -> None:
     """Each jitter mode retries to the dead-letter state within max_attempts."""
     calls, work = failing(99)
-    interp, clock = start(RetryPolicy(max_attempts=4, base_ms=50, jitter=mode, rng=random.Random(5).random), work)
+    interp, clock = start(
+        RetryPolicy(max_attempts=4, base_ms=50, jitter=mode, rng=random.Random(5).random), work
+    )
     for _ in range(10):
         clock.increment(100_000)
     assert interp.matches("job.deadLettered")

@@ -12,7 +12,12 @@ from xsm_celery.patterns import Jitter, RetryPolicy
 def test_defaults_match_the_seed() -> None:
     """Defaults: 5 attempts, 200 ms base, factor 2, cap 30 s, full jitter."""
     policy = RetryPolicy()
-    assert (policy.max_attempts, policy.base_ms, policy.factor, policy.max_ms) == (5, 200, 2.0, 30_000)
+    assert (policy.max_attempts, policy.base_ms, policy.factor, policy.max_ms) == (
+        5,
+        200,
+        2.0,
+        30_000,
+    )
     assert policy.jitter is Jitter.FULL
 
 
@@ -41,7 +46,9 @@ def test_seed_delays_without_jitter() -> None:
         ({"base_ms": "100"}, "base_ms"),
     ],
 )
-def test_bad_arguments_are_refused_naming_the_argument(kwargs: dict[str, object], name: str) -> None:
+def test_bad_arguments_are_refused_naming_the_argument(
+    kwargs: dict[str, object], name: str
+) -> None:
     """NaN / negative / out-of-range arguments raise ValueError naming the argument and range."""
     with pytest.raises(ValueError, match=name) as info:
         RetryPolicy(**kwargs)  # type: ignore[arg-type]
@@ -87,7 +94,12 @@ def test_presets() -> None:
     fast = RetryPolicy.aggressive()
     assert (fast.max_attempts, fast.base_ms, fast.factor) == (5, 100, 1.5)
     slow = RetryPolicy.conservative(jitter="none")
-    assert (slow.max_attempts, slow.base_ms, slow.factor, slow.jitter) == (3, 2_000, 2.0, Jitter.NONE)
+    assert (slow.max_attempts, slow.base_ms, slow.factor, slow.jitter) == (
+        3,
+        2_000,
+        2.0,
+        Jitter.NONE,
+    )
     assert slow.delay_ms(2) == 4_000
 
 

@@ -300,7 +300,9 @@ def test_every_step_transition_publishes_its_integration_event() -> None:
 def test_each_outcome_is_reported_on_the_fact_stream() -> None:
     """Step outcomes are SAGA_STEP facts with saga, step and outcome fields only."""
     facts: list[dict[str, object]] = []
-    stop = subscribe(lambda f: facts.append(dict(f.fields)) if f.kind is FactKind.SAGA_STEP else None)
+    stop = subscribe(
+        lambda f: facts.append(dict(f.fields)) if f.kind is FactKind.SAGA_STEP else None
+    )
     try:
         run_saga(three_steps(), services(Calls(), ship=True))
     finally:

@@ -39,8 +39,13 @@ def fulfil(services: dict[str, Any]) -> tuple[SagaBuilder, Machine]:
 
 
 def services(calls: Calls, **fail: Any) -> dict[str, Any]:
-    names = {"reserveStock": "reserve", "releaseStock": "release", "chargeCard": "charge",
-             "refundCard": "refund", "ship": "ship"}  # fmt: skip
+    names = {
+        "reserveStock": "reserve",
+        "releaseStock": "release",
+        "chargeCard": "charge",
+        "refundCard": "refund",
+        "ship": "ship",
+    }
     return {key: calls.service(name, fail.get(name, False)) for key, name in names.items()}
 
 
@@ -64,7 +69,9 @@ def test_step_services_read_the_start_payload_from_input_and_identity_from_the_k
     )
     bus, store = SyncFakeBrokerAdapter(), MemoryStore()
     dispatcher = InboundDispatcher(store, {"xsm.fulfil.START": machine}, inbox=MemoryInbox())
-    bus.publish("commands", Envelope.new(type="xsm.fulfil.START", subject="o-7", data={"sku": "A1"}))
+    bus.publish(
+        "commands", Envelope.new(type="xsm.fulfil.START", subject="o-7", data={"sku": "A1"})
+    )
     assert dispatcher.run_once_sync(bus, "commands").processed == 1
     [(event_type, payload, given, key)] = seen
     assert event_type == "invoke.reserve"
@@ -102,8 +109,12 @@ class TestForgedCompletions:
         store, bus, dlq = MemoryStore(), SyncFakeBrokerAdapter(), MemoryDeadLetterStore()
         dispatcher = InboundDispatcher(store, {"xsm.fulfil.START": machine}, dead_letters=dlq)
         bus.publish("c", Envelope.new(type="xsm.fulfil.START", subject="o-1"))
-        bus.publish("c", Envelope.new(type="xsm.fulfil.done.invoke.reserve", subject="o-1",
-                                      data={"result": "forged"}))  # fmt: skip
+        bus.publish(
+            "c",
+            Envelope.new(
+                type="xsm.fulfil.done.invoke.reserve", subject="o-1", data={"result": "forged"}
+            ),
+        )
         result = dispatcher.run_once_sync(bus, "c")
         assert (result.processed, result.dead_lettered) == (1, 1)
         assert state_of(store, "o-1")["context"]["results"] == {}
@@ -133,9 +144,11 @@ def test_dedup_key_on_causationid_makes_a_re_minted_start_a_duplicate() -> None:
     _, machine = fulfil(services(calls))
     bus, store = SyncFakeBrokerAdapter(), MemoryStore()
     dispatcher = InboundDispatcher(
-        store, {"xsm.fulfil.START": machine}, inbox=MemoryInbox(),
+        store,
+        {"xsm.fulfil.START": machine},
+        inbox=MemoryInbox(),
         dedup_key=lambda e: e.causationid or e.id,
-    )  # fmt: skip
+    )
     for _ in range(2):
         bus.publish("c", Envelope.new(type="xsm.fulfil.START", subject="o-1", causationid="req-9"))
     result = dispatcher.run_once_sync(bus, "c")
@@ -174,9 +187,12 @@ def test_a_redelivered_start_after_compensation_failed_changes_nothing() -> None
     _, machine = fulfil(services(calls, charge=True, release=True))
     store, bus, dlq = MemoryStore(), SyncFakeBrokerAdapter(), MemoryDeadLetterStore()
     dispatcher = InboundDispatcher(
-        store, {"xsm.fulfil.START": machine}, inbox=MemoryInbox(),
-        plugins=[DeadLetterPlugin(dlq)], dead_letters=dlq,
-    )  # fmt: skip
+        store,
+        {"xsm.fulfil.START": machine},
+        inbox=MemoryInbox(),
+        plugins=[DeadLetterPlugin(dlq)],
+        dead_letters=dlq,
+    )
     start = Envelope.new(type="xsm.fulfil.START", subject="o-2")
     bus.publish("c", start)
     dispatcher.run_once_sync(bus, "c")

@@ -69,7 +69,8 @@ def test_compensate_must_be_a_non_empty_string_when_given() -> None:
 
 
 @pytest.mark.parametrize(
-    "event", ["done.invoke.reserve", "error.platform.x", "done.state.x", "after.1000", "xstate.init"]
+    "event",
+    ["done.invoke.reserve", "error.platform.x", "done.state.x", "after.1000", "xstate.init"],
 )
 def test_start_event_may_not_be_engine_reserved(event: str) -> None:
     """An engine event name as start_event is refused: no caller could ever send it."""

@@ -58,7 +58,9 @@ def test_compensation_is_the_exact_reverse_of_completed_steps(case: dict[str, An
         assert interp.current_state_ids == {"prop.failed"}
     assert undos == expected
     assert len(set(undos)) == len(undos)
-    succeeded = [u.split(":")[1] for u in undos if not (broken is not None and u == f"undo:s{broken}")]
+    succeeded = [
+        u.split(":")[1] for u in undos if not (broken is not None and u == f"undo:s{broken}")
+    ]
     assert interp.context["compensated"] == succeeded
     assert interp.status == "done"
 
@@ -84,8 +86,10 @@ def test_a_retried_step_runs_at_most_max_attempts(failures: list[int], max_attem
     ran = [c for c in calls.order if c.startswith("do:")]
     first_giving_up = next((i for i, n in enumerate(failures) if n >= max_attempts), None)
     for index, count in enumerate(failures):
-        expected = 0 if first_giving_up is not None and index > first_giving_up else min(
-            count + 1, max_attempts
+        expected = (
+            0
+            if first_giving_up is not None and index > first_giving_up
+            else min(count + 1, max_attempts)
         )
         assert ran.count(f"do:s{index}") == expected
     if first_giving_up is None:

@@ -12,7 +12,9 @@ from xsm_celery.persistence import MemoryStore
 from xsm_celery.persistence.locks import OptimisticLock, PessimisticLock
 
 
-def race(lock: Any, *, together: threading.Barrier | None) -> tuple[list[str], list[DispatchResult]]:
+def race(
+    lock: Any, *, together: threading.Barrier | None
+) -> tuple[list[str], list[DispatchResult]]:
     """Two dispatchers (replicas) on one store each take a START for subject o-1 at once."""
     calls: list[str] = []
     guard = threading.Lock()
@@ -29,12 +31,15 @@ def race(lock: Any, *, together: threading.Barrier | None) -> tuple[list[str], l
         saga.build(), logic=saga.logic().merge(MachineLogic(services={"reserveStock": reserve}))
     )
     store = MemoryStore()
-    replicas = [InboundDispatcher(store, {"xsm.fulfil.START": machine}, lock=lock)
-                for _ in range(2)]  # fmt: skip
+    replicas = [
+        InboundDispatcher(store, {"xsm.fulfil.START": machine}, lock=lock) for _ in range(2)
+    ]
     results: list[DispatchResult] = []
     starts = [Envelope.new(type="xsm.fulfil.START", subject="o-1") for _ in range(2)]
-    threads = [threading.Thread(target=lambda d=d, e=e: results.append(d.handle(e)))
-               for d, e in zip(replicas, starts, strict=True)]  # fmt: skip
+    threads = [
+        threading.Thread(target=lambda d=d, e=e: results.append(d.handle(e)))
+        for d, e in zip(replicas, starts, strict=True)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -143,7 +143,9 @@ def test_an_expired_timeout_is_a_fact() -> None:
             TimeoutManager({"db": 0.02}).call("db", time.sleep, 0.3)
     finally:
         stop()
-    assert [dict(f.fields) for f in seen if f.kind is FactKind.DEADLINE_EXCEEDED] == [{"call": "db"}]
+    assert [dict(f.fields) for f in seen if f.kind is FactKind.DEADLINE_EXCEEDED] == [
+        {"call": "db"}
+    ]
 
 
 @pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), True])

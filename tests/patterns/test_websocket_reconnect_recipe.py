@@ -69,7 +69,9 @@ Scenario = Callable[[Socket], Awaitable[None]]
 ENGINES = [pytest.param(SyncInterpreter, id="sync"), pytest.param(Interpreter, id="async")]
 
 
-def run(engine: type[Any], scenario: Scenario, policy: RetryPolicy | None = None, refuse: int = 0) -> Any:
+def run(
+    engine: type[Any], scenario: Scenario, policy: RetryPolicy | None = None, refuse: int = 0
+) -> Any:
     server = ws.FakeServer()
     server.refuse = refuse
 
@@ -194,7 +196,11 @@ def test_seed_code_runs_against_the_shipped_chart() -> None:
 def test_demo_runs() -> None:
     """python ws_reconnect.py prints the demo and ends failed."""
     result = subprocess.run(
-        [sys.executable, str(RECIPE / "ws_reconnect.py")], check=False, capture_output=True, text=True, timeout=60,
+        [sys.executable, str(RECIPE / "ws_reconnect.py")],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={"PYTHONPATH": str(RECIPE.parents[2])},
     )
     assert result.returncode == 0, result.stderr

@@ -41,8 +41,9 @@ def test_a_registered_scheme_opens_through_its_opener(registry: None) -> None:
         return markers
 
     register_scheme("acme", opener, kinds=["markers"])
-    opened = open_store(" acme+fast://h/1 ", "markers", setting="xsm_attempt_markers",
-                        marker_ttl_s=90)  # fmt: skip
+    opened = open_store(
+        " acme+fast://h/1 ", "markers", setting="xsm_attempt_markers", marker_ttl_s=90
+    )
     assert opened is markers
     assert seen == [StoreRequest("acme+fast://h/1", "markers", "xsm_attempt_markers", 90.0)]
     assert seen[0].scheme == "acme"
@@ -145,8 +146,14 @@ def test_the_builtin_schemes_each_kind_accepts() -> None:
     assert schemes_for("dead_letters") == ("memory", "sqlite", "postgresql", "postgres", "django")
     assert schemes_for("timers") == ("sqlite", "postgresql", "postgres", "django")
     assert schemes_for("outbox") == ("sqlite", "postgresql", "postgres", "django")
-    assert schemes_for("markers") == ("redis", "rediss", "memory", "sqlite", "postgresql",
-                                      "postgres")  # fmt: skip
+    assert schemes_for("markers") == (
+        "redis",
+        "rediss",
+        "memory",
+        "sqlite",
+        "postgresql",
+        "postgres",
+    )
     assert methods_for("dead_letters") == ("put",)
     assert methods_for("markers") == ("mark", "started")
 
@@ -242,8 +249,9 @@ def _run_blocked(blocked: tuple[str, ...], code: str) -> subprocess.CompletedPro
         sys.meta_path.insert(0, Block())
         """
     ) + textwrap.dedent(code)
-    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          check=False)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
 
 
 def test_checking_schemes_imports_no_integration() -> None:

@@ -32,7 +32,11 @@ def _machine() -> Any:
             "context": {"n": 0},
             "states": {
                 "on": {
-                    "on": {"INC": {"actions": "inc"}, "WAIT": "waiting", "BAD": {"actions": "boom"}},
+                    "on": {
+                        "INC": {"actions": "inc"},
+                        "WAIT": "waiting",
+                        "BAD": {"actions": "boom"},
+                    },
                 },
                 "waiting": {"after": {"1000": {"target": "on", "actions": "inc"}}},
             },
@@ -119,8 +123,9 @@ def test_hooks_run_in_order() -> None:
 
 def test_create_false_refuses_an_unknown_key() -> None:
     """create=False raises StoreError rather than starting a new instance."""
-    with pytest.raises(StoreError, match="no stored instance"), persisted(
-        MemoryStore(), "nope", _machine(), create=False
+    with (
+        pytest.raises(StoreError, match="no stored instance"),
+        persisted(MemoryStore(), "nope", _machine(), create=False),
     ):
         pass
 
@@ -216,8 +221,9 @@ def test_pessimistic_lock_times_out() -> None:
     thread.start()
     held.wait(5)
     try:
-        with pytest.raises(LockTimeoutError), persisted(
-            store, "k", _machine(), lock=PessimisticLock(timeout=0.05)
+        with (
+            pytest.raises(LockTimeoutError),
+            persisted(store, "k", _machine(), lock=PessimisticLock(timeout=0.05)),
         ):
             pass
     finally:

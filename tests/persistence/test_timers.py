@@ -31,10 +31,14 @@ def _retry() -> Any:
             "context": {"attempt": 0},
             "states": {
                 "idle": {"on": {"START": "waiting"}},
-                "waiting": {"after": {"1000": {"target": "waiting", "reenter": True, "actions": "bump"}}},
+                "waiting": {
+                    "after": {"1000": {"target": "waiting", "reenter": True, "actions": "bump"}}
+                },
             },
         },
-        logic=MachineLogic(actions={"bump": lambda i, ctx, e, a: ctx.update(attempt=ctx["attempt"] + 1)}),
+        logic=MachineLogic(
+            actions={"bump": lambda i, ctx, e, a: ctx.update(attempt=ctx["attempt"] + 1)}
+        ),
     )
 
 
@@ -43,7 +47,9 @@ def _attempt(store: Any, key: str = "j-1") -> int:
 
 
 def _start(store: Any, key: str = "j-1", plugins: tuple[Any, ...] = ()) -> None:
-    with persisted(store, key, _retry(), clock=SimulatedClock(wall_start=T0), plugins=plugins) as interp:
+    with persisted(
+        store, key, _retry(), clock=SimulatedClock(wall_start=T0), plugins=plugins
+    ) as interp:
         interp.send("START")
 
 

@@ -226,9 +226,13 @@ def test_a_stale_outcome_is_dropped(store: FleetRedis) -> None:
 def test_a_lost_probe_counts_as_failed_after_its_timeout(store: FleetRedis) -> None:
     """A probe that never reports reopens the circuit once probe_timeout_ms passed."""
     breaker = FleetBreaker(
-        store, "lost", check_interval_ms=0, probe_timeout_ms=1_000,
-        failure_threshold=1, cooldown_ms=50,
-    )  # fmt: skip
+        store,
+        "lost",
+        check_interval_ms=0,
+        probe_timeout_ms=1_000,
+        failure_threshold=1,
+        cooldown_ms=50,
+    )
     breaker.record(breaker.admit(), "failure")
     time.sleep(0.07)
     assert breaker.admit().probe

@@ -84,7 +84,9 @@ def test_ttl_expires_entries_in_redis(client: redis.Redis[bytes], prefix: str) -
     assert inbox.purge_expired() == 0
 
 
-def test_mark_with_ttl_none_makes_the_entry_permanent(client: redis.Redis[bytes], prefix: str) -> None:
+def test_mark_with_ttl_none_makes_the_entry_permanent(
+    client: redis.Redis[bytes], prefix: str
+) -> None:
     """A claim with a TTL marked without one keeps the receipt for good."""
     inbox = RedisInbox(client, prefix=prefix)
     inbox.claim("s", "k", "fp", ttl_s=5)
@@ -124,8 +126,12 @@ def test_concurrent_claims_have_one_winner(client: redis.Redis[bytes], prefix: s
 def test_two_dispatchers_share_the_redis_inbox(client: redis.Redis[bytes], prefix: str) -> None:
     """A redelivery reaching another consumer process is answered as a duplicate."""
     store = MemoryStore()
-    first = InboundDispatcher(store, {STEP_TYPE: recorder()}, inbox=RedisInbox(client, prefix=prefix))
-    second = InboundDispatcher(store, {STEP_TYPE: recorder()}, inbox=RedisInbox(client, prefix=prefix))
+    first = InboundDispatcher(
+        store, {STEP_TYPE: recorder()}, inbox=RedisInbox(client, prefix=prefix)
+    )
+    second = InboundDispatcher(
+        store, {STEP_TYPE: recorder()}, inbox=RedisInbox(client, prefix=prefix)
+    )
     env = Envelope.new(type=STEP_TYPE, subject="acct-1", data={"n": 1})
     bus = SyncFakeBrokerAdapter()
     bus.deliver("in", env)
@@ -138,7 +144,9 @@ def test_two_dispatchers_share_the_redis_inbox(client: redis.Redis[bytes], prefi
 def test_redis_down_is_a_store_outage_requeued_uncounted(running_redis: PrivateRedis) -> None:  # noqa: F811
     """With the inbox's Redis down, deliveries are requeued, not counted as poison."""
     inbox = RedisInbox(running_redis.url(5), prefix="xsm-test:")
-    dispatcher = InboundDispatcher(MemoryStore(), {STEP_TYPE: recorder()}, inbox=inbox, max_attempts=2)
+    dispatcher = InboundDispatcher(
+        MemoryStore(), {STEP_TYPE: recorder()}, inbox=inbox, max_attempts=2
+    )
     bus = SyncFakeBrokerAdapter()
     bus.deliver("in", Envelope.new(type=STEP_TYPE, subject="acct-1", data={"n": 1}))
     running_redis.stop()

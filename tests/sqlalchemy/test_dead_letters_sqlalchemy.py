@@ -186,9 +186,11 @@ def test_the_audit_table_records_who_when_what_why_and_outcome(tmp_path: Path) -
     store = SQLAlchemyDeadLetterStore(_url(tmp_path / "dlq.db"), wall=lambda: 1234.5)
     store.audit("r-1", "replay", actor="ana", reason="fixed", outcome="enqueued t-9")
     with store.engine.connect() as conn:
-        row = conn.execute(sa.text(
-            "SELECT record_id, at, action, actor, reason, outcome FROM xsm_dead_letter_audit"
-        )).one()
+        row = conn.execute(
+            sa.text(
+                "SELECT record_id, at, action, actor, reason, outcome FROM xsm_dead_letter_audit"
+            )
+        ).one()
     assert tuple(row) == ("r-1", 1234.5, "replay", "ana", "fixed", "enqueued t-9")
 
 

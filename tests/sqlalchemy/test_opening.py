@@ -106,11 +106,12 @@ def test_a_projects_opener_outlives_the_packages_lazy_registration(tmp_path: Pat
         from xsm_celery.persistence.opening import open_store, register_scheme
         mine = MemoryTimerStore()
         register_scheme("sqlite", lambda r: mine, kinds=["timers"])
-        url = "sqlite:///{tmp_path / 'x.db'}"
+        url = "sqlite:///{tmp_path / "x.db"}"
         assert type(open_store(url, "dead_letters")).__name__ == "SQLAlchemyDeadLetterStore"
         assert open_store(url, "timers") is mine
         """
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=False)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0, result.stderr

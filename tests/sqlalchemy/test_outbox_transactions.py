@@ -26,7 +26,9 @@ class FailAfterWrite:
         raise RuntimeError("forced failure after the write")
 
 
-@pytest.mark.parametrize("lock", [PessimisticLock(), OptimisticLock()], ids=["pessimistic", "optimistic"])
+@pytest.mark.parametrize(
+    "lock", [PessimisticLock(), OptimisticLock()], ids=["pessimistic", "optimistic"]
+)
 def test_forced_rollback_after_the_write_leaves_no_row(database: Database, lock: Any) -> None:  # noqa: F811
     """A failure after the rows were written undoes the snapshot and the rows together."""
     store = SQLAlchemyStore(database())
@@ -65,8 +67,13 @@ def test_clean_block_commits_snapshot_and_row(database: Database) -> None:  # no
     """A clean block leaves both, and the relay publishes the row with its causation."""
     store = SQLAlchemyStore(database())
     outbox = SQLAlchemyOutboxStore(store)
-    with persisted(store, "o-1", order(), lock=PessimisticLock(),
-                   plugins=[OutboxPlugin(outbox, topic="orders")]) as interp:  # fmt: skip
+    with persisted(
+        store,
+        "o-1",
+        order(),
+        lock=PessimisticLock(),
+        plugins=[OutboxPlugin(outbox, topic="orders")],
+    ) as interp:
         interp.send("PAY", total=99)
     broker = SyncFakeBrokerAdapter()
     assert OutboxRelay(outbox, broker).relay_once_sync() == 1
@@ -80,9 +87,12 @@ def test_dispatcher_on_sqlalchemy_stores_is_effectively_once(database: Database)
     store = SQLAlchemyStore(database())
     outbox = SQLAlchemyOutboxStore(store)
     dispatcher = InboundDispatcher(
-        store, {"xsm.counter.INC": counter()}, lock=PessimisticLock(),
-        inbox=SQLAlchemyInbox(store), plugins=[OutboxPlugin(outbox, topic="counts")],
-    )  # fmt: skip
+        store,
+        {"xsm.counter.INC": counter()},
+        lock=PessimisticLock(),
+        inbox=SQLAlchemyInbox(store),
+        plugins=[OutboxPlugin(outbox, topic="counts")],
+    )
     bus = SyncFakeBrokerAdapter()
     cmd = Envelope.new(type="xsm.counter.INC", subject="c-1", data={"n": 1})
     bus.deliver("in", cmd)
@@ -100,9 +110,12 @@ def test_failed_step_writes_neither_receipt_nor_row(database: Database) -> None:
     outbox = SQLAlchemyOutboxStore(store)
     inbox = SQLAlchemyInbox(store)
     dispatcher = InboundDispatcher(
-        store, {"xsm.counter.FAIL": counter()}, lock=PessimisticLock(), inbox=inbox,
+        store,
+        {"xsm.counter.FAIL": counter()},
+        lock=PessimisticLock(),
+        inbox=inbox,
         plugins=[OutboxPlugin(outbox)],
-    )  # fmt: skip
+    )
     bus = SyncFakeBrokerAdapter()
     bad = Envelope.new(type="xsm.counter.FAIL", subject="c-1")
     bus.deliver("in", bad)

@@ -214,8 +214,11 @@ def test_advisory_key_is_stable_across_processes_and_signed_64_bit() -> None:
         out = subprocess.run(
             [sys.executable, "-c", code, json.dumps(keys)],
             env={**os.environ, "PYTHONHASHSEED": seed},
-            capture_output=True, text=True, check=True, timeout=60,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
         seen.append(json.loads(out.stdout))
     here = [advisory_key(k) for k in keys]
     assert seen == [here, here]
@@ -231,6 +234,8 @@ def test_sqlite_file_is_private(tmp_path: Path) -> None:
 
 def test_unreachable_database_is_a_store_error(tmp_path: Path) -> None:
     """A database that cannot be reached raises StoreError, never a driver exception."""
-    engine = make_engine("postgresql://nobody@127.0.0.1:1/none", connect_args={"connect_timeout": 1})
+    engine = make_engine(
+        "postgresql://nobody@127.0.0.1:1/none", connect_args={"connect_timeout": 1}
+    )
     with pytest.raises(StoreError):
         SQLAlchemyStore(engine)

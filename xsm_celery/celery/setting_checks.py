@@ -107,9 +107,11 @@ def store(key: str, value: object, kind: StoreKind) -> Any:
         schemes = schemes_for(kind)
         if scheme_of(value) not in schemes:
             raise _refuse(
-                key, value, f"is not a store URL this setting accepts (schemes: "
-                f"{', '.join(schemes)}; for example sqlite:///xsm_celery.db)"
-            )  # fmt: skip
+                key,
+                value,
+                f"is not a store URL this setting accepts (schemes: "
+                f"{', '.join(schemes)}; for example sqlite:///xsm_celery.db)",
+            )
         return value
     missing = [m for m in methods_for(kind) if not callable(getattr(value, m, None))]
     if missing:

@@ -50,8 +50,12 @@ class Edge:
 
 
 def build(chart: Mapping[str, Any]) -> Node:
-    root = Node(path=str(chart.get("id") or "machine"), key=str(chart.get("id") or "machine"),
-                 kind=_kind(chart), config=chart)
+    root = Node(
+        path=str(chart.get("id") or "machine"),
+        key=str(chart.get("id") or "machine"),
+        kind=_kind(chart),
+        config=chart,
+    )
     _add_children(root)
     return root
 
@@ -67,8 +71,13 @@ def _add_children(node: Node) -> None:
     states = node.config.get("states") or {}
     for key, config in states.items():
         child_config = config if isinstance(config, Mapping) else {}
-        child = Node(path=f"{node.path}.{key}", key=str(key), kind=_kind(child_config),
-                      config=child_config, parent=node)
+        child = Node(
+            path=f"{node.path}.{key}",
+            key=str(key),
+            kind=_kind(child_config),
+            config=child_config,
+            parent=node,
+        )
         node.children.append(child)
         _add_children(child)
 

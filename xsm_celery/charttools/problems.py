@@ -61,8 +61,7 @@ def find_problems(
 
 def _missing(missing: tuple[tuple[str, str, str], ...]) -> list[Problem]:
     return [
-        Problem(path, f"missing {kind}", f"unknown {kind} {name!r}")
-        for kind, name, path in missing
+        Problem(path, f"missing {kind}", f"unknown {kind} {name!r}") for kind, name, path in missing
     ]
 
 

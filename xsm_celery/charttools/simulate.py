@@ -39,12 +39,15 @@ def stub_logic(chart: Mapping[str, Any], logic: MachineLogic | None) -> MachineL
     """Stubs for every name the chart uses that ``logic`` does not give."""
     machine = create_machine(chart)
     stubs = MachineLogic(
-        actions={n: _no_op for k, n, _ in machine.missing if k == "action"
-                 and canonical_builtin(n) is None},
+        actions={
+            n: _no_op
+            for k, n, _ in machine.missing
+            if k == "action" and canonical_builtin(n) is None
+        },
         guards={n: _passes for k, n, _ in machine.missing if k == "guard"},
         services={n: _returns_none for k, n, _ in machine.missing if k == "service"},
         delays={n: _unresolved for k, n, _ in machine.missing if k == "delay"},
-    )  # fmt: skip
+    )
     return stubs.merge(logic) if logic is not None else stubs
 
 
@@ -71,8 +74,11 @@ def simulate(
     machine = create_machine(chart, logic=stub_logic(chart, logic))
     interp = SyncInterpreter(machine, clock=SimulatedClock())
     interp.start()
-    steps = [Step("(start)", tuple(sorted(interp.current_state_ids)),
-                  public_context(interp.context), None)]  # fmt: skip
+    steps = [
+        Step(
+            "(start)", tuple(sorted(interp.current_state_ids)), public_context(interp.context), None
+        )
+    ]
     for name in events:
         receipt = interp.send(name, wait=True)
         failed = receipt.error

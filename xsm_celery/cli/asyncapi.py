@@ -94,18 +94,43 @@ def _write(path: Path, text: str) -> None:
 
 @click.command("asyncapi", cls=_AsyncApiCommand)
 @click.argument("chart", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-              help="Write the document here instead of stdout.")
-@click.option("--server", default=None, callback=_non_empty,
-              help="Broker host[:port] for the servers block, e.g. localhost:9092.")
-@click.option("--protocol", default=None, callback=_non_empty,
-              help="Broker protocol: kafka, amqp, redis, nats, sqs ...")
-@click.option("--inbound-topic", default=None, callback=_non_empty,
-              help="Where consumed events arrive (topic or Celery queue); default the chart id.")
-@click.option("--outbound-topic", default="events", show_default=True, callback=_non_empty,
-              help="The topic the outbox publishes to.")
-@click.option("--validate", is_flag=True,
-              help="Check the document against the AsyncAPI 3.0.0 JSON Schema (needs jsonschema).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the document here instead of stdout.",
+)
+@click.option(
+    "--server",
+    default=None,
+    callback=_non_empty,
+    help="Broker host[:port] for the servers block, e.g. localhost:9092.",
+)
+@click.option(
+    "--protocol",
+    default=None,
+    callback=_non_empty,
+    help="Broker protocol: kafka, amqp, redis, nats, sqs ...",
+)
+@click.option(
+    "--inbound-topic",
+    default=None,
+    callback=_non_empty,
+    help="Where consumed events arrive (topic or Celery queue); default the chart id.",
+)
+@click.option(
+    "--outbound-topic",
+    default="events",
+    show_default=True,
+    callback=_non_empty,
+    help="The topic the outbox publishes to.",
+)
+@click.option(
+    "--validate",
+    is_flag=True,
+    help="Check the document against the AsyncAPI 3.0.0 JSON Schema (needs jsonschema).",
+)
 def asyncapi(
     *,
     chart: str,

@@ -115,8 +115,14 @@ def _grow(branch: Tree, node: Any) -> None:
 
 @click.command(cls=OneLineCommand)
 @_CHART
-@click.option("--format", "fmt", type=click.Choice(["mermaid", "svg"]), default="mermaid",
-              show_default=True, help="Mermaid stateDiagram-v2 text, or the admin's SVG.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["mermaid", "svg"]),
+    default="mermaid",
+    show_default=True,
+    help="Mermaid stateDiagram-v2 text, or the admin's SVG.",
+)
 @click.option("--marked", metavar="STATE", help="SVG: the state id to highlight.")
 @click.option("--output", "-o", metavar="FILE", help="Write to FILE instead of stdout.")
 def diagram(chart: str, fmt: str, marked: str | None, output: str | None) -> None:
@@ -147,9 +153,18 @@ def simulate(chart: str, events: str, logic_spec: str | None, as_json: bool) -> 
         raise ChartCliError("simulate", str(exc)) from None
     for step in steps:
         if as_json:
-            click.echo(json.dumps({"event": step.event, "states": list(step.states),
-                                   "context": step.context, "error": step.error},
-                                  default=str, sort_keys=True))  # fmt: skip
+            click.echo(
+                json.dumps(
+                    {
+                        "event": step.event,
+                        "states": list(step.states),
+                        "context": step.context,
+                        "error": step.error,
+                    },
+                    default=str,
+                    sort_keys=True,
+                )
+            )
             continue
         context = json.dumps(step.context, default=str)
         line = f"{step.event:<16} -> {', '.join(step.states)}  {context}"
@@ -159,8 +174,11 @@ def simulate(chart: str, events: str, logic_spec: str | None, as_json: bool) -> 
 
 @click.command(cls=OneLineCommand)
 @_CHART
-@click.option("--strict", is_flag=True, help="Also refuse unknown keys (and, with --logic, "
-              "every name the logic lacks).")  # fmt: skip
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Also refuse unknown keys (and, with --logic, every name the logic lacks).",
+)
 @_LOGIC
 def validate(chart: str, strict: bool, logic_spec: str | None) -> None:
     """Check a chart; print every problem with its path and exit 2 if there is any."""

@@ -29,15 +29,18 @@ def load_logic(spec: str | None) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise CliError(f"cannot import --logic {spec!r}: {exc} (pass a dotted module "
-                       "importable from the current directory or PYTHONPATH, not a file path)"
-                       ) from None
+        raise CliError(
+            f"cannot import --logic {spec!r}: {exc} (pass a dotted module "
+            "importable from the current directory or PYTHONPATH, not a file path)"
+        ) from None
     logic = getattr(module, attr or "logic", None)
     if callable(logic) and not isinstance(logic, MachineLogic):
         logic = logic()
     if not isinstance(logic, MachineLogic):
-        raise CliError(f"cannot import --logic {spec!r}: {module_name}.{attr or 'logic'} is not "
-                       "a MachineLogic (or a function returning one)")
+        raise CliError(
+            f"cannot import --logic {spec!r}: {module_name}.{attr or 'logic'} is not "
+            "a MachineLogic (or a function returning one)"
+        )
     return logic
 
 
@@ -66,8 +69,9 @@ def open_state_store(url: str) -> tuple[Any, Any]:
             return store, SQLAlchemyInbox(store, create_table=False)
     except XsmError as exc:
         raise CliError(f"cannot open --store {url!r}: {exc}") from None
-    raise CliError(f"unsupported --store URL {url!r}; use sqlite:///state.db or "
-                   "postgresql://user@host/db")
+    raise CliError(
+        f"unsupported --store URL {url!r}; use sqlite:///state.db or postgresql://user@host/db"
+    )
 
 
 def _sqlite_store(url: str) -> tuple[Any, Any]:
@@ -76,14 +80,17 @@ def _sqlite_store(url: str) -> tuple[Any, Any]:
 
     path = sqlite_path(normalize_url(url))
     if path is None or not path.is_file():
-        raise CliError(f"no such --store SQLite database file: {str(path)!r}; check the path "
-                       "(sqlite:///rel.db is relative, sqlite:////abs.db absolute)")
+        raise CliError(
+            f"no such --store SQLite database file: {str(path)!r}; check the path "
+            "(sqlite:///rel.db is relative, sqlite:////abs.db absolute)"
+        )
     store = SQLiteStore(path)
     return store, SQLiteInbox(store)
 
 
-def build_dispatcher(store_url: str, machine_files: Sequence[str], logic_spec: str | None,
-                     *, machine_id: str) -> Any:
+def build_dispatcher(
+    store_url: str, machine_files: Sequence[str], logic_spec: str | None, *, machine_id: str
+) -> Any:
     """An ``InboundDispatcher`` over the charts and the existing state store and inbox.
 
     An envelope type ``xsm.<machine id>.<EVENT>`` goes to the chart with that id; any other

@@ -82,11 +82,20 @@ def _call(function: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 @click.group(cls=OneLineGroup)
-@click.option("--dlq", "dlq_url", metavar="URL", envvar="XSM_DLQ",
-              help="Dead-letter store: sqlite:///rel.db, sqlite:////abs.db, postgresql://... "
-                   "(default: the app's xsm_dead_letter_store).")
-@click.option("--app", "app_spec", metavar="MODULE:APP",
-              help="Celery app for task replays and for the store setting.")
+@click.option(
+    "--dlq",
+    "dlq_url",
+    metavar="URL",
+    envvar="XSM_DLQ",
+    help="Dead-letter store: sqlite:///rel.db, sqlite:////abs.db, postgresql://... "
+    "(default: the app's xsm_dead_letter_store).",
+)
+@click.option(
+    "--app",
+    "app_spec",
+    metavar="MODULE:APP",
+    help="Celery app for task replays and for the store setting.",
+)
 @click.pass_context
 def dlq(ctx: click.Context, dlq_url: str | None, app_spec: str | None) -> None:
     """List, show, replay, resolve and purge dead letters.
@@ -138,31 +147,65 @@ def show(ctx: click.Context, record_id: str, as_json: bool) -> None:
 
 @dlq.command()
 @click.argument("record_id")
-@click.option("--dry-run/--no-dry-run", default=True, show_default=True,
-              help="Only say what would happen (the default).")
+@click.option(
+    "--dry-run/--no-dry-run",
+    default=True,
+    show_default=True,
+    help="Only say what would happen (the default).",
+)
 @click.option("--yes", is_flag=True, help="Confirm a real replay.")
 @click.option("--reason", help="Why replaying is safe now (audited; needed for a real replay).")
 @click.option("--force", is_flag=True, help="Replay even though the chart changed since capture.")
 @click.option("--actor", help="Who replays (default: the login name).")
-@click.option("--store", "store_url", metavar="URL",
-              help="State store of the machines (envelope dead letters).")
-@click.option("--machine", "machines", multiple=True, metavar="FILE",
-              help="Chart JSON that handles the envelope (repeatable; envelope dead letters).")
-@click.option("--logic", metavar="MODULE[:ATTR]",
-              help="Module whose `logic` (or ATTR) is the charts' MachineLogic.")
+@click.option(
+    "--store",
+    "store_url",
+    metavar="URL",
+    help="State store of the machines (envelope dead letters).",
+)
+@click.option(
+    "--machine",
+    "machines",
+    multiple=True,
+    metavar="FILE",
+    help="Chart JSON that handles the envelope (repeatable; envelope dead letters).",
+)
+@click.option(
+    "--logic",
+    metavar="MODULE[:ATTR]",
+    help="Module whose `logic` (or ATTR) is the charts' MachineLogic.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the replay result as JSON.")
 @click.pass_context
-def replay(ctx: click.Context, *, record_id: str, dry_run: bool, yes: bool,
-           reason: str | None, force: bool, actor: str | None, store_url: str | None,
-           machines: tuple[str, ...], logic: str | None, as_json: bool) -> None:
+def replay(
+    ctx: click.Context,
+    *,
+    record_id: str,
+    dry_run: bool,
+    yes: bool,
+    reason: str | None,
+    force: bool,
+    actor: str | None,
+    store_url: str | None,
+    machines: tuple[str, ...],
+    logic: str | None,
+    as_json: bool,
+) -> None:
     """Send a dead letter back (a dry run unless --no-dry-run --yes --reason)."""
     if not dry_run:
         _require_yes(yes, "replay")
         reason = _require_reason(reason, "a real replay")
     target = _target(ctx)
     record = _get_record(target, record_id)
-    options = ReplayOptions(dry_run=dry_run, reason=(reason or "dry run").strip(), force=force,
-                            actor=actor, store_url=store_url, machines=machines, logic=logic)
+    options = ReplayOptions(
+        dry_run=dry_run,
+        reason=(reason or "dry run").strip(),
+        force=force,
+        actor=actor,
+        store_url=store_url,
+        machines=machines,
+        logic=logic,
+    )
     _report_replay(replay_record(target, record, options), dry_run=dry_run, as_json=as_json)
 
 
@@ -175,11 +218,15 @@ def _report_replay(report: ReplayReport, *, dry_run: bool, as_json: bool) -> Non
     else:
         click.echo(f"{record_id}: {outcome}")
         if report.data.get("workflow"):
-            click.echo(f"{record_id}: workflow {report.data['workflow']}, "
-                       f"key {report.data.get('key') or '?'}")
+            click.echo(
+                f"{record_id}: workflow {report.data['workflow']}, "
+                f"key {report.data.get('key') or '?'}"
+            )
         if dry_run:
-            click.echo("dry run: nothing was sent or changed; replay for real with "
-                       "--no-dry-run --yes --reason ...")
+            click.echo(
+                "dry run: nothing was sent or changed; replay for real with "
+                "--no-dry-run --yes --reason ..."
+            )
     if not report.succeeded:
         raise click.exceptions.Exit(EXIT_REPLAY_FAILED)
 
@@ -190,8 +237,9 @@ def _report_replay(report: ReplayReport, *, dry_run: bool, as_json: bool) -> Non
 @click.option("--reason", help="Why the record needs no replay (audited).")
 @click.option("--actor", help="Who resolves (default: the login name).")
 @click.pass_context
-def resolve(ctx: click.Context, record_id: str, yes: bool, reason: str | None,
-            actor: str | None) -> None:
+def resolve(
+    ctx: click.Context, record_id: str, yes: bool, reason: str | None, actor: str | None
+) -> None:
     """Mark a dead letter resolved without replaying it (fixed by hand)."""
     _require_yes(yes, "resolve")
     why = _require_reason(reason, "resolve")
@@ -204,19 +252,34 @@ def resolve(ctx: click.Context, record_id: str, yes: bool, reason: str | None,
 
 
 @dlq.command()
-@click.option("--older-than", "older_than", metavar="AGE",
-              help="Delete records taken more than AGE ago (90s, 15m, 12h, 30d, 2w).")
+@click.option(
+    "--older-than",
+    "older_than",
+    metavar="AGE",
+    help="Delete records taken more than AGE ago (90s, 15m, 12h, 30d, 2w).",
+)
 @click.option("--id", "record_id", help="Delete this one record instead.")
 @click.option("--yes", is_flag=True, help="Confirm.")
 @click.option("--reason", help="Why (audited), e.g. retention.")
 @click.option("--actor", help="Who purges (default: the login name).")
-@click.option("--include-unresolved", is_flag=True,
-              help="With --older-than, delete unresolved records too (default: resolved only).")
+@click.option(
+    "--include-unresolved",
+    is_flag=True,
+    help="With --older-than, delete unresolved records too (default: resolved only).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print {deleted: n} as JSON.")
 @click.pass_context
-def purge(ctx: click.Context, *, older_than: str | None, record_id: str | None, yes: bool,
-          reason: str | None, actor: str | None, include_unresolved: bool,
-          as_json: bool) -> None:
+def purge(
+    ctx: click.Context,
+    *,
+    older_than: str | None,
+    record_id: str | None,
+    yes: bool,
+    reason: str | None,
+    actor: str | None,
+    include_unresolved: bool,
+    as_json: bool,
+) -> None:
     """Delete old resolved dead letters (all of them with --include-unresolved); audited."""
     if (older_than is None) == (record_id is None):
         raise CliError("purge needs exactly one of --older-than AGE or --id ID")
@@ -246,8 +309,10 @@ def purge(ctx: click.Context, *, older_than: str | None, record_id: str | None, 
         click.echo(f"purged {deleted} dead letter(s)")
 
 
-def _audit(store: Any, record_id: str, action: str, *, actor: str | None, reason: str,
-           outcome: str) -> None:
+def _audit(
+    store: Any, record_id: str, action: str, *, actor: str | None, reason: str, outcome: str
+) -> None:
 
-    _call(store.audit, record_id, action, actor=current_actor(actor), reason=reason,
-          outcome=outcome)
+    _call(
+        store.audit, record_id, action, actor=current_actor(actor), reason=reason, outcome=outcome
+    )

@@ -128,17 +128,28 @@ def _fields(record: DeadLetter) -> Table:
     table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")
     rows = [
-        ("id", record.id), ("reason", record.reason), ("machine", record.machine_id),
-        ("state", record.state_id), ("event", str(record.event.get("type", ""))),
-        ("attempts", record.attempts), ("taken", when(record.taken_at)),
-        ("resolved", when(record.resolved_at)), ("task", record.task_name),
-        ("task id", record.task_id), ("hostname", record.hostname), ("topic", record.topic),
-        ("chart hash", record.machine_hash), ("chart version", record.machine_version),
+        ("id", record.id),
+        ("reason", record.reason),
+        ("machine", record.machine_id),
+        ("state", record.state_id),
+        ("event", str(record.event.get("type", ""))),
+        ("attempts", record.attempts),
+        ("taken", when(record.taken_at)),
+        ("resolved", when(record.resolved_at)),
+        ("task", record.task_name),
+        ("task id", record.task_id),
+        ("hostname", record.hostname),
+        ("topic", record.topic),
+        ("chart hash", record.machine_hash),
+        ("chart version", record.machine_version),
     ]
     owner = workflow_of_record(record)
     if owner is not None:
-        rows[4:4] = [("workflow", owner.workflow), ("workflow key", owner.key),
-                     ("workflow part", owner.part.value)]  # fmt: skip
+        rows[4:4] = [
+            ("workflow", owner.workflow),
+            ("workflow key", owner.key),
+            ("workflow part", owner.part.value),
+        ]
     for label, value in rows:
         if value not in (None, ""):
             table.add_row(label, Text(str(value)))
@@ -154,8 +165,12 @@ def dead_letter_detail(record: DeadLetter, audit: Sequence[dict[str, Any]]) -> G
     """Everything about one record, in the order an operator triages it."""
     parts: list[RenderableType] = [_fields(record), Text(""), error_chain_table(record.errors)]
     if record.task_args is not None or record.task_kwargs is not None:
-        parts.append(_json_block("Task arguments (redacted)",
-                                 {"args": record.task_args, "kwargs": record.task_kwargs}))
+        parts.append(
+            _json_block(
+                "Task arguments (redacted)",
+                {"args": record.task_args, "kwargs": record.task_kwargs},
+            )
+        )
     if record.envelope is not None:
         parts.append(_json_block("Envelope (redacted)", record.envelope))
     if record.snapshot:

@@ -81,38 +81,54 @@ def _replay_task(target: DlqTarget, record: DeadLetter, options: ReplayOptions) 
     replay_task = _import("xsm_celery.celery", "replay_task", "replaying a Celery task")
     app = target.app(needed_for=f"replaying task {record.task_name}")
     store = target.store()
-    kwargs: dict[str, Any] = {"reason": options.reason, "dry_run": options.dry_run,
-                              "actor": options.actor}
+    kwargs: dict[str, Any] = {
+        "reason": options.reason,
+        "dry_run": options.dry_run,
+        "actor": options.actor,
+    }
     notes: tuple[str, ...] = ()
     if options.force:
         if "force" in inspect.signature(replay_task).parameters:
             kwargs["force"] = True
         else:
-            notes = ("--force is ignored for task dead letters: a replayed task starts a "
-                     "fresh chart, so a changed chart never refuses it",)
+            notes = (
+                "--force is ignored for task dead letters: a replayed task starts a "
+                "fresh chart, so a changed chart never refuses it",
+            )
     try:
         result = replay_task(store, record.id, app, **kwargs)
     except XsmError:
         raise
     except Exception as exc:  # the broker or the app failed to send: the replay ran, and failed
-        raise ReplayFailed(f"replay of {record.id} failed: {type(exc).__name__}: {exc}; the "
-                           "record stays unresolved") from None
+        raise ReplayFailed(
+            f"replay of {record.id} failed: {type(exc).__name__}: {exc}; the "
+            "record stays unresolved"
+        ) from None
     return ReplayReport(result_dict(result), succeeded=True, warnings=notes)
 
 
 def _replay_envelope(target: DlqTarget, record: DeadLetter, options: ReplayOptions) -> ReplayReport:
-    replay_dead_letter = _import("xsm_celery.eda", "replay_dead_letter",
-                                 "replaying an envelope dead letter")
+    replay_dead_letter = _import(
+        "xsm_celery.eda", "replay_dead_letter", "replaying an envelope dead letter"
+    )
     from xsm_celery.cli.dispatcher import build_dispatcher
 
     if not options.store_url or not options.machines:
-        raise CliError("replaying an envelope dead letter needs --store URL (the machines' "
-                       "state store) and --machine FILE (its chart; repeatable)")
-    dispatcher = build_dispatcher(options.store_url, options.machines, options.logic,
-                                  machine_id=record.machine_id)
+        raise CliError(
+            "replaying an envelope dead letter needs --store URL (the machines' "
+            "state store) and --machine FILE (its chart; repeatable)"
+        )
+    dispatcher = build_dispatcher(
+        options.store_url, options.machines, options.logic, machine_id=record.machine_id
+    )
     result = replay_dead_letter(
-        target.store(), record.id, dispatcher, reason=options.reason,
-        dry_run=options.dry_run, force=options.force, actor=options.actor,
+        target.store(),
+        record.id,
+        dispatcher,
+        reason=options.reason,
+        dry_run=options.dry_run,
+        force=options.force,
+        actor=options.actor,
     )
     data = result_dict(result)
     return ReplayReport(data, succeeded=options.dry_run or data.get("outcome") in ENVELOPE_SUCCESS)
@@ -125,8 +141,9 @@ def _import(module: str, name: str, purpose: str) -> Any:
     except ImportError as exc:
         raise CliError(f"{purpose} needs {module}, which cannot be imported: {exc}") from None
     if found is None:
-        raise CliError(f"{purpose} needs {module}.{name}, which this installation lacks; "
-                       "upgrade xsm-celery")
+        raise CliError(
+            f"{purpose} needs {module}.{name}, which this installation lacks; upgrade xsm-celery"
+        )
     return found
 
 

@@ -59,18 +59,24 @@ def render_figures(console: Console, figures: Figures) -> None:
         for column in ("what", "pending", "oldest / lag", "earliest due"):
             table.add_column(column)
         if figures.outbox is not None:
-            table.add_row("outbox rows", str(figures.outbox.pending),
-                          _age(figures.outbox.oldest_age_s), "")  # fmt: skip
+            table.add_row(
+                "outbox rows", str(figures.outbox.pending), _age(figures.outbox.oldest_age_s), ""
+            )
             if figures.outbox.failed:
                 table.add_row("failed outbox rows (requeue)", str(figures.outbox.failed), "", "")
         if figures.timers is not None:
             timers = figures.timers
-            table.add_row("durable timers", str(timers.pending), _age(timers.lag_s),
-                          when(timers.earliest_due_at))  # fmt: skip
+            table.add_row(
+                "durable timers",
+                str(timers.pending),
+                _age(timers.lag_s),
+                when(timers.earliest_due_at),
+            )
         console.print(table)
     if figures.instances is not None:
-        title = "Instances by state" + (" (first 5000 scanned)" if figures.instances_truncated
-                                        else "")  # fmt: skip
+        title = "Instances by state" + (
+            " (first 5000 scanned)" if figures.instances_truncated else ""
+        )
         table = Table(title=title, box=box.SIMPLE)
         for column in ("machine", "state", "instances"):
             table.add_column(column)
@@ -97,8 +103,9 @@ def _open_urls(
     opened: dict[str, Any] = {}
     try:
         if dlq:
-            opened["dead_letters"] = open_store(dlq, "dead_letters", setting="--dlq",
-                                                existing_only=True)  # fmt: skip
+            opened["dead_letters"] = open_store(
+                dlq, "dead_letters", setting="--dlq", existing_only=True
+            )
         if timers:
             opened["timers"] = open_store(timers, "timers", setting="--timers")
         if outbox:
@@ -129,15 +136,21 @@ def _sources(app: Any, ask_workers: bool, urls: dict[str, Any]) -> Sources:
 
 
 @click.command(cls=OneLineCommand)
-@click.option("--app", "app_spec", metavar="MODULE:APP",
-              help="Celery app whose settings name the stores.")
+@click.option(
+    "--app", "app_spec", metavar="MODULE:APP", help="Celery app whose settings name the stores."
+)
 @click.option("--dlq", metavar="URL", envvar="XSM_DLQ", help="Dead-letter store URL.")
 @click.option("--timers", metavar="URL", help="Durable timer store URL (SQLAlchemy).")
 @click.option("--outbox", metavar="URL", help="Outbox URL (SQLAlchemy).")
-@click.option("--instances", metavar="URL",
-              help="Snapshot store of persisted machines (SQLAlchemy).")
-@click.option("--workers/--no-workers", default=True, show_default=True,
-              help="Ask running workers for their breakers and limits (needs an app).")
+@click.option(
+    "--instances", metavar="URL", help="Snapshot store of persisted machines (SQLAlchemy)."
+)
+@click.option(
+    "--workers/--no-workers",
+    default=True,
+    show_default=True,
+    help="Ask running workers for their breakers and limits (needs an app).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def status(  # noqa: PLR0917 - one parameter per click option

@@ -26,7 +26,14 @@ from xsm_celery.demo.upstream import FlakyUpstream, MalformedQuote
 from xsm_celery.patterns import RetryPolicy
 
 __all__ = [
-    "POLICY", "QUEUE", "TASK_NAME", "app", "data_dir", "fetch_quote", "make_app", "orders",
+    "POLICY",
+    "QUEUE",
+    "TASK_NAME",
+    "app",
+    "data_dir",
+    "fetch_quote",
+    "make_app",
+    "orders",
 ]
 
 #: The demo's task, by name.
@@ -118,8 +125,12 @@ def _started(sender: Any = None, task_id: str = "", args: Any = (), **_: Any) ->
         return
     request = sender.request
     redelivered = bool((request.delivery_info or {}).get("redelivered"))
-    _shared("progress").add(task_id, str(args[0]), "redelivered" if redelivered else "started",
-                            attempt=_attempt(request))
+    _shared("progress").add(
+        task_id,
+        str(args[0]),
+        "redelivered" if redelivered else "started",
+        attempt=_attempt(request),
+    )
 
 
 @signals.task_retry.connect
@@ -132,24 +143,41 @@ def _retrying(sender: Any = None, request: Any = None, reason: Any = None, **_: 
     else:
         delay_ms = float(when or 0) * 1000
     error = getattr(reason, "exc", None)
-    _shared("progress").add(request.id, str(request.args[0]), "retrying",
-                            attempt=_attempt(request), delay_ms=delay_ms, detail=_describe(error))
+    _shared("progress").add(
+        request.id,
+        str(request.args[0]),
+        "retrying",
+        attempt=_attempt(request),
+        delay_ms=delay_ms,
+        detail=_describe(error),
+    )
 
 
 @signals.task_success.connect
 def _succeeded(sender: Any = None, result: Any = None, **_: Any) -> None:
     if _mine(sender):
         request = sender.request
-        _shared("progress").add(request.id, str(request.args[0]), "succeeded",
-                                attempt=_attempt(request), detail=f"quote {result}")
+        _shared("progress").add(
+            request.id,
+            str(request.args[0]),
+            "succeeded",
+            attempt=_attempt(request),
+            detail=f"quote {result}",
+        )
 
 
 @signals.task_failure.connect
-def _failed(sender: Any = None, task_id: str = "", exception: Any = None, args: Any = (),
-            **_: Any) -> None:
+def _failed(
+    sender: Any = None, task_id: str = "", exception: Any = None, args: Any = (), **_: Any
+) -> None:
     if _mine(sender):
-        _shared("progress").add(task_id, str(args[0]), "failed",
-                                attempt=_attempt(sender.request), detail=_describe(exception))
+        _shared("progress").add(
+            task_id,
+            str(args[0]),
+            "failed",
+            attempt=_attempt(sender.request),
+            detail=_describe(exception),
+        )
 
 
 def _describe(error: Any) -> str:

@@ -52,8 +52,16 @@ class ProgressLog:
         self._conn = connect(path, _SCHEMA)
         self._lock = threading.Lock()
 
-    def add(self, task_id: str, order_id: str, kind: str, *, attempt: int | None = None,
-            delay_ms: float | None = None, detail: str = "") -> None:
+    def add(
+        self,
+        task_id: str,
+        order_id: str,
+        kind: str,
+        *,
+        attempt: int | None = None,
+        delay_ms: float | None = None,
+        detail: str = "",
+    ) -> None:
         """Append one event."""
         with self._lock:
             self._conn.execute(

@@ -150,8 +150,11 @@ class Demo:
         for record in records:
             order = record.task_args[0] if record.task_args else "?"
             chain = " -> ".join(e.get("type", "?") for e in record.errors)
-            self.console.print(f"  {order}: {record.reason} after {record.attempts} attempt(s); "
-                               f"error chain: {chain}", markup=False)
+            self.console.print(
+                f"  {order}: {record.reason} after {record.attempts} attempt(s); "
+                f"error chain: {chain}",
+                markup=False,
+            )
 
     def _replay(self) -> int:
         from xsm_celery.celery import replay_task
@@ -161,13 +164,20 @@ class Demo:
         if record is None:
             self.console.print(f"[red]no dead letter for {REPLAYED_ORDER}[/]")
             return 1
-        self.console.print(f"\nThe upstream for {REPLAYED_ORDER} is fixed; replaying its dead "
-                           f"letter {record.id}:")
+        self.console.print(
+            f"\nThe upstream for {REPLAYED_ORDER} is fixed; replaying its dead letter {record.id}:"
+        )
         self.upstream.heal(REPLAYED_ORDER)
         dry = replay_task(self.store, record.id, self.app, reason="upstream fixed", dry_run=True)
         self.console.print(f"  {dry.outcome}", markup=False)
-        real = replay_task(self.store, record.id, self.app, reason="upstream fixed",
-                           dry_run=False, actor="xsm-demo")
+        real = replay_task(
+            self.store,
+            record.id,
+            self.app,
+            reason="upstream fixed",
+            dry_run=False,
+            actor="xsm-demo",
+        )
         self.console.print(f"  replayed: {real.outcome}\n", markup=False)
         board = Board()
         board.add(f"{REPLAYED_ORDER} (replay)", "answers", str(real.task_id))
@@ -189,11 +199,14 @@ class Demo:
 
     def _summary(self, record_id: str) -> None:
         entry = self.store.audit_log(record_id)[-1]
-        self.console.print(f"audit: {entry['actor']} {entry['action']} ({entry['reason']}): "
-                           f"{entry['outcome']}", markup=False)
+        self.console.print(
+            f"audit: {entry['actor']} {entry['action']} ({entry['reason']}): {entry['outcome']}",
+            markup=False,
+        )
         url = self.app.conf.xsm_dead_letter_store
-        self.console.print(f"\ndone in {time.monotonic() - self.started:.1f} s. Inspect the "
-                           "dead letters with:")
+        self.console.print(
+            f"\ndone in {time.monotonic() - self.started:.1f} s. Inspect the dead letters with:"
+        )
         self.console.print(f"  xsm-celery dlq --dlq {url} list --all", markup=False)
         self.console.print(f"  xsm-celery dlq --dlq {url} show {record_id}", markup=False)
 

@@ -25,17 +25,36 @@ class WorkerProcess:
     def __init__(self, data: Path) -> None:
         self.log_path = data / "worker.log"
         command = [
-            sys.executable, "-m", "celery", "-A", "xsm_celery.demo.app", "worker",
-            "--pool", "prefork", "--concurrency", str(CONCURRENCY), "--queues", QUEUE,
-            "--hostname", "xsm-demo@%h", "--loglevel", "WARNING",
-            "--without-gossip", "--without-mingle", "--without-heartbeat",
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "xsm_celery.demo.app",
+            "worker",
+            "--pool",
+            "prefork",
+            "--concurrency",
+            str(CONCURRENCY),
+            "--queues",
+            QUEUE,
+            "--hostname",
+            "xsm-demo@%h",
+            "--loglevel",
+            "WARNING",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
         ]
         with open(self.log_path, "ab") as log:
             # A session of its own: the demo stops the worker and its pool children by the
             # worker's process group, and Ctrl-C in the terminal reaches only the demo.
             self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, env=os.environ.copy(),
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env=os.environ.copy(),
             )
 
     def wait_ready(self, progress: ProgressLog, timeout_s: float) -> bool:

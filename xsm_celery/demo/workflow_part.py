@@ -33,8 +33,10 @@ def follow_orders(console: Console, orders: Any, timeout_s: float) -> bool:
     for order_id, _total, _ in ORDERS:
         view = orders.start(order_id)
         last[order_id] = str(view.value)
-        console.print(f"{order_id}  started in {view.value} (pays within "
-                      f"{PAYMENT_TIMEOUT_MS / 1000:g} s)", markup=False)
+        console.print(
+            f"{order_id}  started in {view.value} (pays within {PAYMENT_TIMEOUT_MS / 1000:g} s)",
+            markup=False,
+        )
     for order_id, total, _ in ORDERS:
         if total is not None:
             orders.send(order_id, "PAY", total=total)
@@ -70,6 +72,12 @@ def _table(orders: Any) -> Table:
         if view is None:
             table.add_row(order_id, "-", "missing", "", "", "")
             continue
-        table.add_row(order_id, str(view.value), view.status, str(view.context.get("total")),
-                      str(view.context.get("receipt") or ""), str(len(view.timers)))
+        table.add_row(
+            order_id,
+            str(view.value),
+            view.status,
+            str(view.context.get("total")),
+            str(view.context.get("receipt") or ""),
+            str(len(view.timers)),
+        )
     return table

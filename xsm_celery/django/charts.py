@@ -36,7 +36,8 @@ class ChartInfo:
     def changed_since(self, record: DeadLetter) -> bool:
         """Whether the chart's structure differs from the one the record was taken from."""
         return bool(
-            self.structure_hash and record.machine_hash
+            self.structure_hash
+            and record.machine_hash
             and self.structure_hash != record.machine_hash
         )
 

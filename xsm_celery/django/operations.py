@@ -96,14 +96,21 @@ class DeadLetterOperations:
             return self._plan_task(record)
         chart = find_chart(record)
         if record.envelope is not None:
-            refusal = None if get_settings().dispatcher else (
-                "envelope dead letters replay through their dispatcher: set "
-                "XSM_CELERY['DISPATCHER'] to it, or use xsm-celery dlq replay"
+            refusal = (
+                None
+                if get_settings().dispatcher
+                else (
+                    "envelope dead letters replay through their dispatcher: set "
+                    "XSM_CELERY['DISPATCHER'] to it, or use xsm-celery dlq replay"
+                )
             )
             preview = f"would re-dispatch envelope {record.envelope.get('id')} from {record.topic}"
             return ReplayPlan(record, "envelope", chart, preview, refusal)
         return ReplayPlan(
-            record, "state", chart, refusal=(
+            record,
+            "state",
+            chart,
+            refusal=(
                 "captured from a chart state, not a task or an envelope: there is nothing to "
                 "send again; fix the cause by hand, then resolve it"
             ),
@@ -141,12 +148,19 @@ class DeadLetterOperations:
         if plan.chart_changed and plan.kind != "task":
             # A task replay starts the task's current chart from attempt 1, so a changed
             # chart is shown as a warning, not refused: only an envelope replay needs force.
-            change = (f"chart changed since capture ({record.machine_hash} -> "
-                      f"{plan.chart.structure_hash})")
+            change = (
+                f"chart changed since capture ({record.machine_hash} -> "
+                f"{plan.chart.structure_hash})"
+            )
             if not force:
                 return self._refuse(record_id, actor, reason, f"{change}; tick force to replay")
-            self.store.audit(record_id, "force", actor=actor, reason=reason,
-                             outcome=f"{change}; replay allowed by the operator")
+            self.store.audit(
+                record_id,
+                "force",
+                actor=actor,
+                reason=reason,
+                outcome=f"{change}; replay allowed by the operator",
+            )
         if plan.kind == "task":
             return self._send_task(record_id, actor, reason)
         return self._send_envelope(record_id, actor, reason, force)
@@ -169,8 +183,15 @@ class DeadLetterOperations:
             dispatcher = import_string(str(get_settings().dispatcher))
             if callable(dispatcher) and not hasattr(dispatcher, "handle"):
                 dispatcher = dispatcher()
-            return replay_dead_letter(self.store, record_id, dispatcher, reason=reason,
-                                      dry_run=False, force=force, actor=actor)
+            return replay_dead_letter(
+                self.store,
+                record_id,
+                dispatcher,
+                reason=reason,
+                dry_run=False,
+                force=force,
+                actor=actor,
+            )
 
         return self._run(record_id, actor, reason, send)
 
@@ -196,8 +217,9 @@ class DeadLetterOperations:
         return ReplayOutcome(record_id, "sent", detail, getattr(result, "task_id", None))
 
     def _refuse(self, record_id: str, actor: str, reason: str, why: str) -> ReplayOutcome:
-        self.store.audit(record_id, "replay", actor=actor, reason=reason or "",
-                         outcome=f"refused: {why}")
+        self.store.audit(
+            record_id, "replay", actor=actor, reason=reason or "", outcome=f"refused: {why}"
+        )
         return ReplayOutcome(record_id, "refused", why)
 
     def _task_replayer(self) -> Callable[..., Any]:

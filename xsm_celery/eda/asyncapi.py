@@ -221,11 +221,13 @@ def asyncapi_document(
         messages[key] = _message(event_type, summary, data)
         operations[keys(f"send.{event_type}")] = _operation("send", _OUTBOUND, key, summary)
     channels = {
-        _INBOUND: _channel(inbound, f"Commands and events {machine.id} consumes.", consumed,
-                           inbound_bindings),
-        _OUTBOUND: _channel(outbound, f"Integration events {machine.id} publishes.", published,
-                            outbound_bindings),
-    }  # fmt: skip
+        _INBOUND: _channel(
+            inbound, f"Commands and events {machine.id} consumes.", consumed, inbound_bindings
+        ),
+        _OUTBOUND: _channel(
+            outbound, f"Integration events {machine.id} publishes.", published, outbound_bindings
+        ),
+    }
     chart_version = getattr(machine, "version", None)
     document: dict[str, Any] = {
         "asyncapi": ASYNCAPI_VERSION,

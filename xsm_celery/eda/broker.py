@@ -84,5 +84,3 @@ class BatchPublisher(Protocol):
 
     def publish_many(self, topic: str, envelopes: Iterable[Envelope]) -> None:
         """Publish every envelope on ``topic`` in order; raise if any was not accepted."""
-
-

@@ -258,5 +258,3 @@ class BrokerDeadLetterSink:
         ):
             return getattr(self.store, name)
         raise AttributeError(name)
-
-

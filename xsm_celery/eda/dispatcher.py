@@ -144,8 +144,11 @@ class InboundDispatcher:
         batch: int = DEFAULT_BATCH,
         offload: bool = False,
     ) -> None:
-        for name, value in (("max_in_flight", max_in_flight), ("max_attempts", max_attempts),
-                            ("batch", batch)):  # fmt: skip
+        for name, value in (
+            ("max_in_flight", max_in_flight),
+            ("max_attempts", max_attempts),
+            ("batch", batch),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigurationError(f"{name} must be an int >= 1, got {value!r}")
         if on_unknown not in ("dead_letter", "ignore"):
@@ -383,5 +386,3 @@ async def _settle(settle: Callable[..., Any], delivery: Delivery, **options: Any
         await maybe_await(settle(delivery, **options))
     except Exception:
         logger.exception(_SETTLE_FAILED, _envelope_id(delivery))
-
-

@@ -157,12 +157,9 @@ def _check_extension(name: object, value: object) -> None:
         )
     if not isinstance(value, str | int | bool):
         raise EnvelopeCorruptError(
-            f"extension {name!r} must be a string, integer or boolean, "
-            f"got {type(value).__name__}"
+            f"extension {name!r} must be a string, integer or boolean, got {type(value).__name__}"
         )
-    if name == "traceparent" and not (
-        isinstance(value, str) and _TRACEPARENT.fullmatch(value)
-    ):
+    if name == "traceparent" and not (isinstance(value, str) and _TRACEPARENT.fullmatch(value)):
         raise EnvelopeCorruptError(
             f"invalid W3C traceparent extension {value!r:.80}; expected "
             "'00-<32 hex>-<16 hex>-<2 hex>'"
@@ -323,7 +320,7 @@ class Envelope:
         if self.data is not None and not isinstance(self.data, dict):
             raise EnvelopeCorruptError(
                 "envelope data not a JSON object: an event payload must be an object, "
-                f"got {type(self.data).__name__}; wrap it as {{\"value\": ...}}"
+                f'got {type(self.data).__name__}; wrap it as {{"value": ...}}'
             )
         return Event(event_type or default_event_name(self.type), dict(self.data or {}))
 
@@ -421,9 +418,7 @@ class Envelope:
                 "parsing); send a reference instead of the payload, or raise max_bytes"
             )
         try:
-            raw = json.loads(
-                text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys
-            )
+            raw = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
         except RecursionError as exc:
             raise EnvelopeCorruptError(
                 f"envelope data is nested deeper than {MAX_DATA_DEPTH}; flatten the payload"
@@ -453,9 +448,7 @@ def _encoded_size(text: object, max_bytes: int) -> int:
     if isinstance(text, bytes | bytearray):
         return len(text)
     if not isinstance(text, str):
-        raise EnvelopeCorruptError(
-            f"envelope must be str or bytes, got {type(text).__name__}"
-        )
+        raise EnvelopeCorruptError(f"envelope must be str or bytes, got {type(text).__name__}")
     if len(text) > max_bytes:
         return len(text)
     if len(text) * 4 <= max_bytes:

@@ -210,9 +210,16 @@ class Handling:
         """One ``DISPATCH_OUTCOME`` fact: bounded fields, the envelope's trace context."""
         env, machine = self.env, self.machine
         parent = env.extensions.get("traceparent") if env is not None else None
-        emit(FactKind.DISPATCH_OUTCOME, outcome=outcome.label, counted=outcome is Outcome.RETRY,
-             topic=self.topic, machine=machine.id if machine is not None else None,
-             envelope_id=self.env_id, traceparent=parent, duration_s=duration_s)  # fmt: skip
+        emit(
+            FactKind.DISPATCH_OUTCOME,
+            outcome=outcome.label,
+            counted=outcome is Outcome.RETRY,
+            topic=self.topic,
+            machine=machine.id if machine is not None else None,
+            envelope_id=self.env_id,
+            traceparent=parent,
+            duration_s=duration_s,
+        )
 
     def _route(self) -> Outcome:
         try:
@@ -321,8 +328,11 @@ class Handling:
             return self._dead_letter(DeadLetterReason.MAX_ATTEMPTS.value, exc, attempts=attempts)
         logger.warning(
             "envelope %s failed (attempt %d of %d), requeued: %s",
-            self.env.id, attempts, self.d.max_attempts, self._masked(exc),
-        )  # fmt: skip
+            self.env.id,
+            attempts,
+            self.d.max_attempts,
+            self._masked(exc),
+        )
         return Outcome.RETRY
 
     def _masked(self, exc: BaseException) -> str:
@@ -379,11 +389,18 @@ class Handling:
         if self.env is not None:
             self.d.forget(self.env.id)
         level = logging.WARNING if corrupt else logging.ERROR
-        emit(FactKind.DEAD_LETTER_WRITTEN, source="dispatcher", reason=reason, topic=self.topic,
-             machine=self.machine.id if self.machine is not None else None,
-             envelope_id=self.env_id, stored=True)  # fmt: skip
-        logger.log(level, "envelope %s dead-lettered (%s): %s", self.env_id, reason,
-                   self._masked(exc))  # fmt: skip
+        emit(
+            FactKind.DEAD_LETTER_WRITTEN,
+            source="dispatcher",
+            reason=reason,
+            topic=self.topic,
+            machine=self.machine.id if self.machine is not None else None,
+            envelope_id=self.env_id,
+            stored=True,
+        )
+        logger.log(
+            level, "envelope %s dead-lettered (%s): %s", self.env_id, reason, self._masked(exc)
+        )
         return Outcome.DEAD_LETTERED
 
 

@@ -115,13 +115,15 @@ def _spec_of(machine: Machine, trans: Transition, value: Any) -> PublishSpec:
     if isinstance(value, dict) and isinstance(value.get("type"), str) and value["type"]:
         data = value.get("data", ())
         unknown = set(value) - {"type", "data"}
-        if not unknown and isinstance(data, list | tuple) and all(
-            isinstance(f, str) and f for f in data
+        if (
+            not unknown
+            and isinstance(data, list | tuple)
+            and all(isinstance(f, str) and f for f in data)
         ):
             return PublishSpec("transition", trans.source.id, event, value["type"], tuple(data))
     raise ConfigurationError(
-        f"{where}: {value!r:.120} is not a publication; use true, \"<type>\" or "
-        "{\"type\": \"<type>\", \"data\": [\"<context field>\", ...]}"
+        f'{where}: {value!r:.120} is not a publication; use true, "<type>" or '
+        '{"type": "<type>", "data": ["<context field>", ...]}'
     )
 
 

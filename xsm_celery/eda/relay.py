@@ -158,15 +158,26 @@ class OutboxRelay:
         if 0 < attempts < self.max_attempts:
             logger.warning(
                 "outbox relay %s: the broker refused row %d on %r (attempt %d of %d): %s",
-                self.owner, row.seq, row.topic, attempts, self.max_attempts, error,
-            )  # fmt: skip
+                self.owner,
+                row.seq,
+                row.topic,
+                attempts,
+                self.max_attempts,
+                error,
+            )
         if attempts < self.max_attempts:
             return False
         logger.error(
             "outbox relay %s: row %d on %r (envelope %s) set aside as failed after %d "
             "refusals: %s; fix the cause, then requeue it (store.requeue(%d))",
-            self.owner, row.seq, row.topic, row.envelope.id, attempts, error, row.seq,
-        )  # fmt: skip
+            self.owner,
+            row.seq,
+            row.topic,
+            row.envelope.id,
+            attempts,
+            error,
+            row.seq,
+        )
         emit(
             FactKind.OUTBOX_ROW_FAILED,
             topic=row.topic,
@@ -231,8 +242,11 @@ class OutboxRelay:
             logger.warning(
                 "outbox relay %s: the broker refused a batch of %d rows on %r (%s); "
                 "publishing them one by one to find the refused row",
-                self.owner, len(run), run[0].topic, _error_text(exc),
-            )  # fmt: skip
+                self.owner,
+                len(run),
+                run[0].topic,
+                _error_text(exc),
+            )
             return False
         progress.sent.extend(row.seq for row in run)
         _report(run)

@@ -95,8 +95,7 @@ def _check(record: DeadLetter, dispatcher: Any, force: bool) -> tuple[Envelope, 
         )
     if _contains_mask(env.data):
         warnings.append(
-            "the envelope data holds values masked at capture ('***'); the replay sends them "
-            "masked"
+            "the envelope data holds values masked at capture ('***'); the replay sends them masked"
         )
     return env, warnings
 
@@ -140,6 +139,12 @@ def replay_dead_letter(
     if outcome in ("processed", "duplicate"):
         dead_letters.mark_resolved(record_id)
     dead_letters.audit(record_id, "replay", actor=who, reason=reason, outcome=outcome)
-    emit(FactKind.DEAD_LETTER_REPLAYED, source="dispatcher", machine=record.machine_id,
-         record_id=record_id, reason=record.reason, outcome=outcome)  # fmt: skip
+    emit(
+        FactKind.DEAD_LETTER_REPLAYED,
+        source="dispatcher",
+        machine=record.machine_id,
+        record_id=record_id,
+        reason=record.reason,
+        outcome=outcome,
+    )
     return ReplayResult(record_id, False, outcome, warnings)

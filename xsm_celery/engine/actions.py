@@ -85,9 +85,7 @@ def cancel(send_id: str) -> dict[str, Any]:
     return _action("cancel", sendId=send_id)
 
 
-def spawn_child(
-    src: str, *, actor_id: str | None = None, input: Any = None
-) -> dict[str, Any]:
+def spawn_child(src: str, *, actor_id: str | None = None, input: Any = None) -> dict[str, Any]:
     """Start the service or machine ``src`` as a child that lives until ``stop_child``."""
     return _action("spawnChild", src=src, id=actor_id, input=input)
 

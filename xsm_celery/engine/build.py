@@ -30,10 +30,23 @@ __all__ = ["TreeBuilder"]
 ROOT_KEYS = frozenset({"context", "version", "predictableActionArguments"})
 STATE_KEYS = frozenset(
     {
-        "id", "type", "initial", "states", "on", "always", "after", "entry", "exit",
-        "invoke", "tags", "meta", "description", "output", "onDone",
+        "id",
+        "type",
+        "initial",
+        "states",
+        "on",
+        "always",
+        "after",
+        "entry",
+        "exit",
+        "invoke",
+        "tags",
+        "meta",
+        "description",
+        "output",
+        "onDone",
     }
-)  # fmt: skip
+)
 HISTORY_KEYS = frozenset({"id", "type", "history", "target", "meta", "description"})
 TRANSITION_KEYS = frozenset(
     {"target", "actions", "guard", "cond", "in", "reenter", "internal", "description", "meta"}

@@ -38,15 +38,39 @@ machine_log = logging.getLogger("xsm_celery.machine")
 
 #: Every accepted spelling of a built-in, to its canonical name.
 BUILTIN_ALIASES: dict[str, str] = {
-    **{name: name for name in ("assign", "raise", "sendTo", "sendParent", "emit", "log",
-                               "cancel", "spawnChild", "stopChild")},
-    **{f"xstate.{name}": name for name in ("assign", "raise", "sendTo", "sendParent", "emit",
-                                           "log", "cancel", "spawnChild", "stopChild")},
+    **{
+        name: name
+        for name in (
+            "assign",
+            "raise",
+            "sendTo",
+            "sendParent",
+            "emit",
+            "log",
+            "cancel",
+            "spawnChild",
+            "stopChild",
+        )
+    },
+    **{
+        f"xstate.{name}": name
+        for name in (
+            "assign",
+            "raise",
+            "sendTo",
+            "sendParent",
+            "emit",
+            "log",
+            "cancel",
+            "spawnChild",
+            "stopChild",
+        )
+    },
     "send_to": "sendTo",
     "send_parent": "sendParent",
     "spawn_child": "spawnChild",
     "stop_child": "stopChild",
-}  # fmt: skip
+}
 
 #: Canonical built-in -> (required params, optional params).
 BUILTIN_PARAMS: dict[str, tuple[frozenset[str], frozenset[str]]] = {

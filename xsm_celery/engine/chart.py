@@ -57,8 +57,17 @@ class GuardDef:
     which of these it is, None for a named guard of the logic.
     """
 
-    __slots__ = ("combinator", "fn", "guards", "params", "path", "state", "state_ref",
-                 "takes_params", "type")  # fmt: skip
+    __slots__ = (
+        "combinator",
+        "fn",
+        "guards",
+        "params",
+        "path",
+        "state",
+        "state_ref",
+        "takes_params",
+        "type",
+    )
 
     def __init__(
         self,

@@ -44,8 +44,9 @@ def admit(core: Core, event: Event) -> bool:
         logger.warning(
             "machine %r: event %r uses a name reserved for engine events "
             "(done.invoke.*, error.platform.*, done.state.*, after.*, xstate.*); ignored",
-            core.id, event.type,
-        )  # fmt: skip
+            core.id,
+            event.type,
+        )
         if core._plugins:
             dispatch(core, core._plugins, "on_event_dropped", (event, "engine_event"))
         return False

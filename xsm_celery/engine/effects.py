@@ -58,10 +58,12 @@ def action_failed(core: Core, action: ActionDef, exc: Exception, event: Event) -
     secrets = secret_values([getattr(event, "payload", None), getattr(core, "context", None)])
     logger.error(
         "machine %r: action %r raised on event %r; rest of its list skipped: %s\n%s",
-        core.machine.id, action.type, event.type,
+        core.machine.id,
+        action.type,
+        event.type,
         mask_text(f"{type(error).__name__}: {error}", secrets),
         "".join(traceback.format_tb(error.__traceback__)).rstrip(),
-    )  # fmt: skip
+    )
     if core._plugins:
         dispatch(core, core._plugins, "on_action_error", (action, error))
     return error

@@ -48,9 +48,7 @@ class Event:
 
     __slots__ = ("data", "payload", "type")
 
-    def __init__(
-        self, type: str, payload: dict[str, Any] | None = None, data: Any = None
-    ) -> None:
+    def __init__(self, type: str, payload: dict[str, Any] | None = None, data: Any = None) -> None:
         self.type = type
         self.payload = {} if payload is None else payload
         self.data = data

@@ -67,8 +67,17 @@ class ActorRef:
     called; events it sends back after that are dropped.
     """
 
-    __slots__ = ("_lock", "child", "cleanup", "definition", "deliver", "interp", "receivers",
-                 "stopped", "task")  # fmt: skip
+    __slots__ = (
+        "_lock",
+        "child",
+        "cleanup",
+        "definition",
+        "deliver",
+        "interp",
+        "receivers",
+        "stopped",
+        "task",
+    )
 
     def __init__(self, interp: Any, definition: InvokeDef) -> None:
         self.interp = interp

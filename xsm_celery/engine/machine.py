@@ -49,6 +49,7 @@ ContextValidator = Callable[[dict[str, Any]], Any]
 #: Microsteps one event may cause (``always`` chains, done events) before it is a runaway.
 DEFAULT_CHAIN_LIMIT = 1000
 
+
 class Machine:
     """An immutable, validated chart bound to its logic; build one with :func:`create_machine`.
 

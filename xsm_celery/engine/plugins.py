@@ -260,8 +260,13 @@ class LoggingInspector(PluginBase):
         self.log.log(self.level, "[%s] action %s", i.id, action.type)
 
     def on_action_error(self, i: InterpreterView, action: ActionDef, error: BaseException) -> None:
-        self.log.error("[%s] action %s raised %s: %s", i.id, action.type, type(error).__name__,
-                       self._clean(str(error)))  # fmt: skip
+        self.log.error(
+            "[%s] action %s raised %s: %s",
+            i.id,
+            action.type,
+            type(error).__name__,
+            self._clean(str(error)),
+        )
 
     def on_guard_evaluated(
         self, i: InterpreterView, guard_name: str, event: Event, result: bool
@@ -269,18 +274,21 @@ class LoggingInspector(PluginBase):
         self.log.log(self.level, "[%s] guard %s -> %s", i.id, guard_name, result)
 
     def on_service_start(self, i: InterpreterView, invocation: InvokeDef) -> None:
-        self.log.log(self.level, "[%s] service %s started (%s)", i.id, invocation.src,
-                     invocation.id)  # fmt: skip
+        self.log.log(
+            self.level, "[%s] service %s started (%s)", i.id, invocation.src, invocation.id
+        )
 
     def on_service_done(self, i: InterpreterView, invocation: InvokeDef, result: Any) -> None:
-        self.log.log(self.level, "[%s] service %s done: %s", i.id, invocation.src,
-                     self._clean(result))  # fmt: skip
+        self.log.log(
+            self.level, "[%s] service %s done: %s", i.id, invocation.src, self._clean(result)
+        )
 
     def on_service_error(
         self, i: InterpreterView, invocation: InvokeDef, error: BaseException
     ) -> None:
-        self.log.warning("[%s] service %s failed: %s: %s", i.id, invocation.src,
-                         type(error).__name__, error)  # fmt: skip
+        self.log.warning(
+            "[%s] service %s failed: %s: %s", i.id, invocation.src, type(error).__name__, error
+        )
 
     def on_done(self, i: InterpreterView, output: Any) -> None:
         self.log.log(self.level, "[%s] done, output %s", i.id, self._clean(output))
@@ -311,9 +319,12 @@ def report_plugin_error(
 ) -> None:
     """Log a failed hook and tell the other plugins; a failure in that report is only logged."""
     logger.error(
-        "plugin %s raised in %s on machine %r; contained", type(plugin).__name__, hook, i.id,
+        "plugin %s raised in %s on machine %r; contained",
+        type(plugin).__name__,
+        hook,
+        i.id,
         exc_info=error,
-    )  # fmt: skip
+    )
     for other in plugins:
         if other is plugin:
             continue

@@ -38,12 +38,42 @@ REDACTED = "***"
 #: word of the key (``pin`` masks ``pin_code`` but not ``shipping``); longer ones match
 #: anywhere in it (``password`` masks ``db_password_hash``).
 DEFAULT_REDACT_KEYS: tuple[str, ...] = (
-    "password", "passwd", "pwd", "passphrase", "secret", "token", "api_key", "apikey",
-    "access_key", "private_key", "authorization", "auth", "bearer", "credential", "cookie",
-    "session", "signature", "otp", "pin", "card", "cvv", "cvc", "pan", "iban",
-    "account_number", "routing", "swift", "mnemonic", "seed", "ssn", "dob", "date_of_birth",
-    "email", "phone", "passport",
-)  # fmt: skip
+    "password",
+    "passwd",
+    "pwd",
+    "passphrase",
+    "secret",
+    "token",
+    "api_key",
+    "apikey",
+    "access_key",
+    "private_key",
+    "authorization",
+    "auth",
+    "bearer",
+    "credential",
+    "cookie",
+    "session",
+    "signature",
+    "otp",
+    "pin",
+    "card",
+    "cvv",
+    "cvc",
+    "pan",
+    "iban",
+    "account_number",
+    "routing",
+    "swift",
+    "mnemonic",
+    "seed",
+    "ssn",
+    "dob",
+    "date_of_birth",
+    "email",
+    "phone",
+    "passport",
+)
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _SEPARATORS = re.compile(r"[\s\-.]+")
@@ -91,9 +121,7 @@ def redact(value: Any, keys: Iterable[str] = DEFAULT_REDACT_KEYS) -> Any:
 
 def _walk(value: Any, matcher: _Matcher) -> Any:
     if isinstance(value, Mapping):
-        return {
-            k: REDACTED if matcher.secret(k) else _walk(v, matcher) for k, v in value.items()
-        }
+        return {k: REDACTED if matcher.secret(k) else _walk(v, matcher) for k, v in value.items()}
     if isinstance(value, list):
         return [_walk(v, matcher) for v in value]
     if isinstance(value, tuple):

@@ -424,8 +424,9 @@ class Core(StateView):
         finished = self._finals_entered(finals) if finals is not None else None
         if self._plugins:
             for trans in reported:
-                dispatch(self, self._plugins, "on_transition", (set(before), set(step.config),
-                                                                 trans))  # fmt: skip
+                dispatch(
+                    self, self._plugins, "on_transition", (set(before), set(step.config), trans)
+                )
         if finished is not None:
             self._finish(finished)
 

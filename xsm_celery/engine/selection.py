@@ -183,7 +183,10 @@ def _operand(guard: GuardDef, context: Any, event: Event, core: Core | None) -> 
 def _guard_failed(guard: GuardDef, event: Event, exc: Exception, core: Core | None) -> None:
     logger.warning(
         "machine %r: guard %r raised on event %r; treated as false",
-        None if core is None else core.machine.id, guard.type, event.type, exc_info=exc,
-    )  # fmt: skip
+        None if core is None else core.machine.id,
+        guard.type,
+        event.type,
+        exc_info=exc,
+    )
     if core is not None and core._plugins:
         dispatch(core, core._plugins, "on_guard_error", (guard.type, event, exc))

@@ -139,8 +139,11 @@ def service_failed(core: Core, inv: InvokeDef, exc: BaseException) -> EngineEven
     if not inv.on_error:
         logger.warning(
             "machine %r: service %r failed with %s: %s and has no onError",
-            core.machine.id, inv.src, type(exc).__name__, exc,
-        )  # fmt: skip
+            core.machine.id,
+            inv.src,
+            type(exc).__name__,
+            exc,
+        )
     if core._plugins:
         dispatch(core, core._plugins, "on_service_error", (inv, exc))
     event = EngineEvent(inv.error_type, exc, inv.id)

@@ -67,17 +67,21 @@ def snapshot_dict(core: Core) -> dict[str, Any]:
         for t in core.pending_timers()
         if t.after is not None
     ]
-    delayed = [
-        {
-            "event": t.event.to_dict(),
-            "to": t.target,
-            "id": t.send_id,
-            "delay_ms": t.delay_ms,
-            "due_at_wall": wall + (t.due - now) / 1000.0,
-        }
-        for t in sorted(core._delayed, key=lambda t: t.due)
-        if t.event is not None and not t.cancelled
-    ] if core._delayed else []
+    delayed = (
+        [
+            {
+                "event": t.event.to_dict(),
+                "to": t.target,
+                "id": t.send_id,
+                "delay_ms": t.delay_ms,
+                "due_at_wall": wall + (t.due - now) / 1000.0,
+            }
+            for t in sorted(core._delayed, key=lambda t: t.due)
+            if t.event is not None and not t.cancelled
+        ]
+        if core._delayed
+        else []
+    )
     return {
         "format": SNAPSHOT_FORMAT,
         "machine_id": machine.id,
@@ -92,9 +96,7 @@ def snapshot_dict(core: Core) -> dict[str, Any]:
         "delayed": delayed,
         "output": core.output,
         "children": saved_children(core, snapshot_dict) if core._actors else {},
-        "history": {
-            hist.id: [s.id for s in kept] for hist, kept in core._history.items()
-        },
+        "history": {hist.id: [s.id for s in kept] for hist, kept in core._history.items()},
     }
 
 

@@ -160,9 +160,7 @@ def initial_plan(root: StateNode) -> Plan:
     return Plan((), tuple(sorted(into, key=_order)), config, leaves_of(config))
 
 
-def remove_conflicts(
-    selected: list[Transition], config: frozenset[StateNode]
-) -> list[Transition]:
+def remove_conflicts(selected: list[Transition], config: frozenset[StateNode]) -> list[Transition]:
     """Drop transitions that would exit the same states as an earlier one.
 
     Between two conflicting transitions the one from the deeper source wins; otherwise the

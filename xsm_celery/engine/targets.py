@@ -126,9 +126,7 @@ def entry_set(trans: Transition) -> tuple[StateNode, ...]:
     return entry_states(trans.targets, trans.domain)
 
 
-def entry_states(
-    targets: Sequence[StateNode], domain: StateNode | None
-) -> tuple[StateNode, ...]:
+def entry_states(targets: Sequence[StateNode], domain: StateNode | None) -> tuple[StateNode, ...]:
     """The states entered when ``targets`` are entered from inside ``domain``, in entry order."""
     if domain is None:
         return ()

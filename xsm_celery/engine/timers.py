@@ -98,9 +98,11 @@ def arm_timers(core: Core, node: StateNode, event: Event) -> BaseException | Non
                 delay = _named_delay(core, after, event)
             except Exception as exc:
                 logger.error(
-                    "machine %r: delay %r failed; its timer is not armed", core.machine.id,
-                    after.key, exc_info=exc,
-                )  # fmt: skip
+                    "machine %r: delay %r failed; its timer is not armed",
+                    core.machine.id,
+                    after.key,
+                    exc_info=exc,
+                )
                 error = error or exc
                 continue
         # push_timer inlined: a state's timers are armed on every entry (the retry loop's

@@ -409,5 +409,3 @@ def _reconnect(connection: Connection, retries: int) -> None:
     """Connect with a short back-off (0.05 s, then +0.25 s, at most 1 s between tries)."""
     ensure: Any = connection.ensure_connection  # the stubs say int; kombu takes seconds
     ensure(max_retries=retries, interval_start=0.05, interval_step=0.25, interval_max=1.0)
-
-

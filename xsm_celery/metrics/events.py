@@ -74,8 +74,9 @@ class CeleryEvents:
         task_id = fact.fields.get("task_id")
         with self._lock:
             dispatcher = self._open()
-            dispatcher.send(event_type, uuid=task_id if isinstance(task_id, str) else None,
-                            **fields)  # fmt: skip
+            dispatcher.send(
+                event_type, uuid=task_id if isinstance(task_id, str) else None, **fields
+            )
 
     def _open(self) -> Any:
         if self._dispatcher is None or self._pid != current_pid():

@@ -195,7 +195,7 @@ def _state_of(snapshot: str) -> tuple[str, str]:
     machine = str(data.get("machine_id") or "unknown")
     ids = data.get("state_ids") or []
     prefix = f"{machine}."
-    leaves = sorted(str(i)[len(prefix):] if str(i).startswith(prefix) else str(i) for i in ids)
+    leaves = sorted(str(i)[len(prefix) :] if str(i).startswith(prefix) else str(i) for i in ids)
     if data.get("status") == "done":
         return machine, f"done:{','.join(leaves)}" if leaves else "done"
     return machine, ",".join(leaves) or str(data.get("status") or "unknown")

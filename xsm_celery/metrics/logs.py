@@ -30,8 +30,18 @@ _MESSAGES: dict[FactKind, tuple[int, str]] = {
     FactKind.DEAD_LETTER_REPLAYED: (logging.INFO, "dead letter replayed"),
     FactKind.LIMIT_DEFERRED: (logging.INFO, "deferred by a limit"),
 }
-_SUMMARY = ("task", "task_id", "attempt", "exception", "delay_s", "reason", "source", "limit",
-            "machine", "topic")  # fmt: skip
+_SUMMARY = (
+    "task",
+    "task_id",
+    "attempt",
+    "exception",
+    "delay_s",
+    "reason",
+    "source",
+    "limit",
+    "machine",
+    "topic",
+)
 
 
 def log_fields(kind: FactKind, fields: Mapping[str, object]) -> dict[str, Any]:

@@ -56,57 +56,93 @@ class PrometheusMetrics:
         self._children: dict[tuple[int, tuple[object, ...]], Any] = {}
         self._lock = threading.Lock()
         c, h = _factory(Counter, reg), _factory(Histogram, reg)
-        self.attempts = c("xsm_task_attempts", "Chart-task attempts by outcome.",
-                          ("task", "outcome"))  # fmt: skip
-        self.attempt_seconds = h("xsm_task_attempt_duration_seconds",
-                                 "Duration of one chart-task attempt.", ("task",),
-                                 buckets=DURATION_BUCKETS)  # fmt: skip
-        self.retries = c("xsm_task_retries", "Retries scheduled, by task and exception type.",
-                         ("task", "exception"))  # fmt: skip
-        self.retry_delay = h("xsm_task_retry_delay_seconds", "Delay of each scheduled retry.",
-                             ("task",), buckets=DELAY_BUCKETS)  # fmt: skip
-        self.gave_up = c("xsm_task_gave_up", "Tasks whose retry chart gave up.",
-                         ("task", "exception"))  # fmt: skip
-        self.dead_letters = c("xsm_dead_letters", "Dead letters written, by reason.",
-                              ("source", "reason"))  # fmt: skip
-        self.dead_letter_failures = c("xsm_dead_letter_store_failures",
-                                      "Dead letters the store refused (kept in the log only).",
-                                      ("source",))  # fmt: skip
+        self.attempts = c(
+            "xsm_task_attempts", "Chart-task attempts by outcome.", ("task", "outcome")
+        )
+        self.attempt_seconds = h(
+            "xsm_task_attempt_duration_seconds",
+            "Duration of one chart-task attempt.",
+            ("task",),
+            buckets=DURATION_BUCKETS,
+        )
+        self.retries = c(
+            "xsm_task_retries",
+            "Retries scheduled, by task and exception type.",
+            ("task", "exception"),
+        )
+        self.retry_delay = h(
+            "xsm_task_retry_delay_seconds",
+            "Delay of each scheduled retry.",
+            ("task",),
+            buckets=DELAY_BUCKETS,
+        )
+        self.gave_up = c(
+            "xsm_task_gave_up", "Tasks whose retry chart gave up.", ("task", "exception")
+        )
+        self.dead_letters = c(
+            "xsm_dead_letters", "Dead letters written, by reason.", ("source", "reason")
+        )
+        self.dead_letter_failures = c(
+            "xsm_dead_letter_store_failures",
+            "Dead letters the store refused (kept in the log only).",
+            ("source",),
+        )
         self.replays = c("xsm_dead_letter_replays", "Dead letters replayed.", ("source",))
-        self.header_rejected = c("xsm_header_rejected", "Chart headers refused as untrusted.",
-                                 ("task",))  # fmt: skip
+        self.header_rejected = c(
+            "xsm_header_rejected", "Chart headers refused as untrusted.", ("task",)
+        )
         self.timers_scheduled = c("xsm_timers_scheduled", "Durable timers written.", ("purpose",))
         self.timers_fired = c("xsm_timers_fired", "Durable timers fired.", ("purpose",))
-        self.timer_lag = h("xsm_timer_lag_seconds", "Fire time minus due time of a timer.",
-                           ("purpose",), buckets=DELAY_BUCKETS)  # fmt: skip
-        self.relayed = c("xsm_outbox_relayed_rows", "Outbox rows published by a relay.",
-                         ("topic",))  # fmt: skip
-        self.dispatch = c("xsm_dispatch_outcomes", "Inbound envelopes by dispatcher outcome.",
-                          ("topic", "outcome"))  # fmt: skip
-        self.dispatch_seconds = h("xsm_dispatch_duration_seconds",
-                                  "Time the dispatcher spent on one envelope.", ("topic",),
-                                  buckets=DURATION_BUCKETS)  # fmt: skip
-        self.workflow_events = c("xsm_workflow_events", "Workflow events stepped, by outcome.",
-                                 ("workflow", "outcome"))  # fmt: skip
-        self.workflow_errors = c("xsm_workflow_step_errors", "Workflow steps that failed.",
-                                 ("workflow", "exception"))  # fmt: skip
-        self.workflow_transitions = c("xsm_workflow_transitions",
-                                      "Workflow state changes, by state entered.",
-                                      ("workflow", "state"))  # fmt: skip
-        self.stale = c("xsm_workflow_stale_completions",
-                       "Completions that arrived after their step moved on.",
-                       ("workflow",))  # fmt: skip
-        self.breaker_transitions = c("xsm_breaker_transitions", "Breaker state changes.",
-                                     ("breaker", "scope", "state"))  # fmt: skip
-        self.breaker_state = Gauge("xsm_breaker_state",
-                                   "Breaker state: 0 closed, 1 half-open, 2 open (worst process).",
-                                   ("breaker", "scope"), registry=reg,
-                                   multiprocess_mode="livemax")  # fmt: skip
+        self.timer_lag = h(
+            "xsm_timer_lag_seconds",
+            "Fire time minus due time of a timer.",
+            ("purpose",),
+            buckets=DELAY_BUCKETS,
+        )
+        self.relayed = c("xsm_outbox_relayed_rows", "Outbox rows published by a relay.", ("topic",))
+        self.dispatch = c(
+            "xsm_dispatch_outcomes",
+            "Inbound envelopes by dispatcher outcome.",
+            ("topic", "outcome"),
+        )
+        self.dispatch_seconds = h(
+            "xsm_dispatch_duration_seconds",
+            "Time the dispatcher spent on one envelope.",
+            ("topic",),
+            buckets=DURATION_BUCKETS,
+        )
+        self.workflow_events = c(
+            "xsm_workflow_events", "Workflow events stepped, by outcome.", ("workflow", "outcome")
+        )
+        self.workflow_errors = c(
+            "xsm_workflow_step_errors", "Workflow steps that failed.", ("workflow", "exception")
+        )
+        self.workflow_transitions = c(
+            "xsm_workflow_transitions",
+            "Workflow state changes, by state entered.",
+            ("workflow", "state"),
+        )
+        self.stale = c(
+            "xsm_workflow_stale_completions",
+            "Completions that arrived after their step moved on.",
+            ("workflow",),
+        )
+        self.breaker_transitions = c(
+            "xsm_breaker_transitions", "Breaker state changes.", ("breaker", "scope", "state")
+        )
+        self.breaker_state = Gauge(
+            "xsm_breaker_state",
+            "Breaker state: 0 closed, 1 half-open, 2 open (worst process).",
+            ("breaker", "scope"),
+            registry=reg,
+            multiprocess_mode="livemax",
+        )
         self.admitted = c("xsm_limit_admissions", "Calls a limiter admitted.", ("limit",))
         self.deferred = c("xsm_limit_deferrals", "Calls a limiter deferred.", ("limit",))
         self.rejected = c("xsm_limit_rejections", "Calls a limiter refused.", ("limit",))
-        self.backend_down = c("xsm_backend_unavailable", "Store or backend outages seen.",
-                              ("backend",))  # fmt: skip
+        self.backend_down = c(
+            "xsm_backend_unavailable", "Store or backend outages seen.", ("backend",)
+        )
         self.facts = c("xsm_facts", "Every fact the package reported, by kind.", ("kind",))
         self._handlers = self._build_handlers()
 

@@ -92,8 +92,10 @@ def states_from_metric_files(path: str) -> list[dict[str, Any]]:
 
 
 def _rows(breakers: dict[str, str], limits: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
-    rows = [{"kind": "breaker", "name": n, "state": s, "detail": {}}
-            for n, s in sorted(breakers.items())]  # fmt: skip
+    rows = [
+        {"kind": "breaker", "name": n, "state": s, "detail": {}}
+        for n, s in sorted(breakers.items())
+    ]
     for name, counts in sorted(limits.items()):
         state = "deferring" if counts["deferred"] else "admitting"
         rows.append({"kind": "limit", "name": name, "state": state, "detail": dict(counts)})

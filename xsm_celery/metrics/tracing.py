@@ -150,13 +150,15 @@ class Tracing:
 
     def _dispatched(self, f: Mapping[str, object]) -> None:
         where = f.get("machine") or f.get("topic") or "unknown"
-        self._after_the_fact(f"xsm.dispatch {where}", f, "topic", "machine", "outcome",
-                             "envelope_id", "counted")  # fmt: skip
+        self._after_the_fact(
+            f"xsm.dispatch {where}", f, "topic", "machine", "outcome", "envelope_id", "counted"
+        )
 
     def _workflow_step(self, f: Mapping[str, object]) -> None:
         name = f.get("workflow") or f.get("machine") or "workflow"
-        self._after_the_fact(f"xsm.workflow {name}", f, "workflow", "event", "outcome",
-                             "attempt", "delay_s", "state")  # fmt: skip
+        self._after_the_fact(
+            f"xsm.workflow {name}", f, "workflow", "event", "outcome", "attempt", "delay_s", "state"
+        )
 
     def _relayed(self, f: Mapping[str, object]) -> None:
         parents = f.get("traceparents")

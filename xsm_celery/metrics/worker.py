@@ -94,8 +94,9 @@ def observability_config(app: Any) -> ObservabilityConfig:
     """
     conf = app.conf
     port = conf.get("xsm_metrics_port")
-    if port is not None and (isinstance(port, bool) or not isinstance(port, int)
-                             or not 0 <= port <= 65535):  # fmt: skip
+    if port is not None and (
+        isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535
+    ):
         raise ConfigurationError(
             f"setting xsm_metrics_port={port!r} must be a port number (0-65535; 0 picks a "
             "free one), or None to serve no metrics"

@@ -257,9 +257,13 @@ class RetryPolicy:
         checked = check_draw(draw)  # type: ignore[arg-type]
         previous = self.base_ms if previous_ms is None else float(previous_ms)
         return apply_jitter(
-            self.jitter, exp, checked, base_ms=self.base_ms, cap_ms=self.max_ms,
+            self.jitter,
+            exp,
+            checked,
+            base_ms=self.base_ms,
+            cap_ms=self.max_ms,
             previous_ms=previous,
-        )  # fmt: skip
+        )
 
     def should_retry(self, error: object) -> bool:
         """Whether a failure with ``error`` is worth another attempt, by its type alone.

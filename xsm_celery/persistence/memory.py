@@ -125,8 +125,7 @@ class MemoryStore:
             lock = self._key_locks.setdefault(key, threading.RLock())
         if not lock.acquire(timeout=max(timeout, 0.0)):
             raise LockTimeoutError(
-                f"lock on {key!r} not acquired within {timeout}s; another holder is slow "
-                "or stuck"
+                f"lock on {key!r} not acquired within {timeout}s; another holder is slow or stuck"
             )
         try:
             yield

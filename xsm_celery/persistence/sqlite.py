@@ -36,7 +36,6 @@ def create_private_file(path: str | os.PathLike[str]) -> None:
     os.close(fd)
 
 
-
 def sqlite_error(what: str, path: str, exc: sqlite3.Error) -> StoreError:
     """The ``StoreError`` for a failed SQLite statement: an outage, or the value refused.
 
@@ -51,6 +50,7 @@ def sqlite_error(what: str, path: str, exc: sqlite3.Error) -> StoreError:
             return LockTimeoutError(message)
         return StoreUnavailableError(message)
     return StoreError(message)
+
 
 class SQLiteDatabase:
     """A thread-safe SQLite connection with nestable transactions.

@@ -45,8 +45,13 @@ class FleetRow:
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready dict."""
-        return {"kind": self.kind, "name": self.name, "state": self.state,
-                "detail": self.detail, "last_used": self.last_used}  # fmt: skip
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "state": self.state,
+            "detail": self.detail,
+            "last_used": self.last_used,
+        }
 
 
 def list_fleet(

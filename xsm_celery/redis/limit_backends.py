@@ -85,9 +85,14 @@ class RedisRateLimitBackend:
             reply = self.store.run(
                 "TOKEN_BUCKET",
                 (self.store.key(fleet_key), self.store.index_key),
-                (repr(spec.tokens_per_s / 1000.0), repr(spec.capacity), repr(float(cost)), 0,
-                 fleet_key.member),
-            )  # fmt: skip
+                (
+                    repr(spec.tokens_per_s / 1000.0),
+                    repr(spec.capacity),
+                    repr(float(cost)),
+                    0,
+                    fleet_key.member,
+                ),
+            )
             if isinstance(reply, int):
                 return Admission(allowed=True, retry_after_s=0.0, remaining=float(max(0, reply)))
             remaining = max(0.0, float(reply[2]))

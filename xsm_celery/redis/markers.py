@@ -176,16 +176,19 @@ class RedisAttemptMarkers:
             while line.pending > 0:
                 data = b"" if sock is None else sock.recv(_READ_SIZE)
                 if not data:
-                    logger.warning("the marker connection closed; %d markers in flight were "
-                                   "not confirmed", line.pending)  # fmt: skip
+                    logger.warning(
+                        "the marker connection closed; %d markers in flight were not confirmed",
+                        line.pending,
+                    )
                     line.conn.disconnect()
                     break
                 *replies, line.tail = (line.tail + data).split(b"\r\n")
                 line.pending -= len(replies)
                 for reply in replies:
                     if not reply.startswith(b"+"):
-                        logger.warning("an attempt marker was not stored: Redis replied %r",
-                                       reply[:200])  # fmt: skip
+                        logger.warning(
+                            "an attempt marker was not stored: Redis replied %r", reply[:200]
+                        )
         except OSError:
             logger.warning("attempt markers in flight were not confirmed", exc_info=True)
             line.conn.disconnect()
@@ -215,5 +218,9 @@ def _pack_set(key: str, attempt: int, ttl_field: bytes) -> bytes:
     raw_key = key.encode("utf-8")
     value = b"%d" % attempt
     return b"*5\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n%s" % (
-        len(raw_key), raw_key, len(value), value, ttl_field,
-    )  # fmt: skip
+        len(raw_key),
+        raw_key,
+        len(value),
+        value,
+        ttl_field,
+    )

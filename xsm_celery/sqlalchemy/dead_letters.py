@@ -40,8 +40,6 @@ _T = dead_letter_table
 _A = audit_table
 
 
-
-
 class SQLAlchemyDeadLetterStore:
     """A ``DeadLetterStore`` over any SQLAlchemy engine (SQLite and PostgreSQL are tested).
 
@@ -127,8 +125,12 @@ class SQLAlchemyDeadLetterStore:
         """
         check_limit(limit)
         query = sa.select(_T.c.body, _T.c.resolved_at)
-        filters = {"reason": reason, "machine_id": machine_id, "task_name": task_name,
-                   "task_id": task_id}
+        filters = {
+            "reason": reason,
+            "machine_id": machine_id,
+            "task_name": task_name,
+            "task_id": task_id,
+        }
         for name, value in filters.items():
             if value is not None:
                 query = query.where(_T.c[name] == value)
@@ -182,12 +184,16 @@ class SQLAlchemyDeadLetterStore:
         with self._guard("purge_older_than"), self.engine.begin() as conn:
             return int(conn.execute(_T.delete().where(_T.c.taken_at < cutoff)).rowcount)
 
-    def audit(
-        self, record_id: str, action: str, *, actor: str, reason: str, outcome: str
-    ) -> None:
+    def audit(self, record_id: str, action: str, *, actor: str, reason: str, outcome: str) -> None:
         """Append one operator action (replay, resolve, purge) to the audit table."""
-        values = {"record_id": record_id, "at": self._wall(), "action": action,
-                  "actor": current_actor(actor), "reason": reason, "outcome": outcome}
+        values = {
+            "record_id": record_id,
+            "at": self._wall(),
+            "action": action,
+            "actor": current_actor(actor),
+            "reason": reason,
+            "outcome": outcome,
+        }
         with self._guard("audit"), self.engine.begin() as conn:
             conn.execute(_A.insert().values(**values))
 

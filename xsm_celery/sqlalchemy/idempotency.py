@@ -100,8 +100,12 @@ class SQLAlchemyIdempotencyStore:
             t.update()
             .where(t.c.key == key, t.c.token == token, t.c.status == "claimed")
             .where(t.c.expires_at > now)
-            .values(status="done", token=None, result=result,
-                    expires_at=None if ttl is None else now + ttl)
+            .values(
+                status="done",
+                token=None,
+                result=result,
+                expires_at=None if ttl is None else now + ttl,
+            )
         )
         with self.db.transaction() as conn, self.db.guard("idempotency complete"):
             return bool(conn.execute(statement).rowcount)

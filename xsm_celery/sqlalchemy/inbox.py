@@ -85,9 +85,7 @@ class SQLAlchemyInbox:
         }
         with self.db.transaction() as conn, self.db.guard("inbox claim"):
             conn.execute(
-                t.delete().where(
-                    t.c.scope == scope, t.c.key == key, t.c.expires_at <= now
-                )
+                t.delete().where(t.c.scope == scope, t.c.key == key, t.c.expires_at <= now)
             )
             return self._insert_new(conn, row)
 
@@ -112,11 +110,20 @@ class SQLAlchemyInbox:
         t = inbox_table
         expires = expiry_time(ttl_s, self._clock())
         if self._insert is not None:
-            row = {"scope": scope, "key": key, "fingerprint": "", "receipt": receipt,
-                   "expires_at": expires}  # fmt: skip
-            upsert = self._insert(t).values(**row).on_conflict_do_update(
-                index_elements=[t.c.scope, t.c.key],
-                set_={"receipt": receipt, "expires_at": expires},
+            row = {
+                "scope": scope,
+                "key": key,
+                "fingerprint": "",
+                "receipt": receipt,
+                "expires_at": expires,
+            }
+            upsert = (
+                self._insert(t)
+                .values(**row)
+                .on_conflict_do_update(
+                    index_elements=[t.c.scope, t.c.key],
+                    set_={"receipt": receipt, "expires_at": expires},
+                )
             )
             with self.db.transaction() as conn, self.db.guard("inbox mark"):
                 conn.execute(upsert)

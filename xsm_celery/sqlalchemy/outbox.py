@@ -205,9 +205,11 @@ class SQLAlchemyOutboxStore:
         t = outbox_table
         return self._update_chunks(
             list(seqs),
-            lambda part: t.update()
-            .where(t.c.seq.in_(part), t.c.sent_at.is_(None), t.c.claimed_by == owner)
-            .values(claimed_by=None, claimed_until=None),
+            lambda part: (
+                t.update()
+                .where(t.c.seq.in_(part), t.c.sent_at.is_(None), t.c.claimed_by == owner)
+                .values(claimed_by=None, claimed_until=None)
+            ),
         )
 
     def mark_sent(self, seqs: Iterable[int]) -> int:
@@ -216,9 +218,11 @@ class SQLAlchemyOutboxStore:
         now = self._clock()
         return self._update_chunks(
             list(seqs),
-            lambda part: t.update()
-            .where(t.c.seq.in_(part), t.c.sent_at.is_(None))
-            .values(sent_at=now, claimed_by=None, claimed_until=None),
+            lambda part: (
+                t.update()
+                .where(t.c.seq.in_(part), t.c.sent_at.is_(None))
+                .values(sent_at=now, claimed_by=None, claimed_until=None)
+            ),
         )
 
     def _update_chunks(self, seqs: list[int], statement: Callable[[list[int]], Any]) -> int:
@@ -279,12 +283,11 @@ class SQLAlchemyOutboxStore:
         """Return up to ``limit`` failed rows in sequence order."""
         t = outbox_table
         query = (
-            sa.select(t.c.seq, t.c.topic, t.c.envelope, t.c.attempts, t.c.last_error,
-                      t.c.failed_at)
+            sa.select(t.c.seq, t.c.topic, t.c.envelope, t.c.attempts, t.c.last_error, t.c.failed_at)
             .where(*_failed())
             .order_by(t.c.seq)
             .limit(check_limit(limit))
-        )  # fmt: skip
+        )
         with self.db.reading() as conn, self.db.guard("failed"):
             rows = conn.execute(query).all()
         return [failed_record(row) for row in rows]

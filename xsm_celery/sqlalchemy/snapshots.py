@@ -118,10 +118,11 @@ class SQLAlchemyStore:
                 # The common case in one round trip: the version is the one expected.
                 moved = conn.execute(
                     snapshot_table.update()
-                    .where(snapshot_table.c.key == key,
-                           snapshot_table.c.version == expected_version)
+                    .where(
+                        snapshot_table.c.key == key, snapshot_table.c.version == expected_version
+                    )
                     .values(**values, version=expected_version + 1, updated_at=time.time())
-                ).rowcount  # fmt: skip
+                ).rowcount
                 if moved == 1:
                     return expected_version + 1
             current = self._current_version(conn, key)
@@ -191,10 +192,11 @@ class SQLAlchemyStore:
                 with self.db.guard(f"locking {key!r}"):
                     # One round trip: set_config(..., true) is SET LOCAL, evaluated first.
                     conn.execute(
-                        sa.text("SELECT set_config('lock_timeout', :t, true), "
-                                "pg_advisory_xact_lock(:k)"),
+                        sa.text(
+                            "SELECT set_config('lock_timeout', :t, true), pg_advisory_xact_lock(:k)"
+                        ),
                         {"t": f"{max(int(timeout * 1000), 1)}ms", "k": advisory_key(key)},
-                    )  # fmt: skip
+                    )
             yield conn
 
     def transaction(self) -> contextlib.AbstractContextManager[Connection]:

@@ -71,7 +71,7 @@ SELECT NULL, s.snapshot, s.version, s.machine_version, s.updated_at FROM (
     SELECT snapshot, version, machine_version, updated_at FROM {SNAPSHOT_TABLE}
     WHERE key = :key FOR UPDATE
 ) AS s
-""")  # fmt: skip
+""")
 
 _RECEIPT = (
     f"receipt AS (UPDATE {INBOX_TABLE} SET receipt = :receipt "
@@ -91,8 +91,9 @@ _INSERT = (
 class PostgresSession:
     """One step's transaction on PostgreSQL (see the module docstring)."""
 
-    def __init__(self, store: SnapshotTable, conn: Connection, key: str, message_id: str,
-                 *, log: bool) -> None:  # fmt: skip
+    def __init__(
+        self, store: SnapshotTable, conn: Connection, key: str, message_id: str, *, log: bool
+    ) -> None:
         self._store = store
         self._conn = conn
         self._key = key
@@ -106,9 +107,14 @@ class PostgresSession:
     def claim_and_lock(self, *, timeout: float, ttl_s: float | None) -> None:
         """Claim the message id and lock and read the instance, in one statement."""
         now = time.time()
-        params = {"scope": self._key, "message": self._message_id, "key": self._key,
-                  "expires": expiry_time(ttl_s, now), "now": now,
-                  "timeout": f"{max(int(timeout * 1000), 1)}ms"}  # fmt: skip
+        params = {
+            "scope": self._key,
+            "message": self._message_id,
+            "key": self._key,
+            "expires": expiry_time(ttl_s, now),
+            "now": now,
+            "timeout": f"{max(int(timeout * 1000), 1)}ms",
+        }
         with self._store.db.guard(f"locking {self._key!r}"):
             rows = self._conn.execute(_CLAIM_AND_LOCK, params).all()
         claimed = next((r[0] for r in rows if r[0] is not None), 0)
@@ -116,13 +122,18 @@ class PostgresSession:
         found = [r for r in rows if r[0] is None]
         if found and not self.duplicate:
             row = found[0]
-            self.record = StoredSnapshot(self._key, row[1], int(row[2]), row[3] or "",
-                                         float(row[4]))  # fmt: skip
+            self.record = StoredSnapshot(
+                self._key, row[1], int(row[2]), row[3] or "", float(row[4])
+            )
 
     def save(
-        self, key: str, snapshot: str, *, expected_version: int | None = None,
+        self,
+        key: str,
+        snapshot: str,
+        *,
+        expected_version: int | None = None,
         machine_version: str = "",
-    ) -> int:  # fmt: skip
+    ) -> int:
         """Check the snapshot and keep it for ``finish``, which writes it with the receipt."""
         check_key(key)
         check_snapshot(key, snapshot, self._store.max_bytes)
@@ -131,8 +142,13 @@ class PostgresSession:
             raise ConflictError(
                 f"snapshot {key!r} is at version {current}, expected {expected_version}"
             )
-        self._pending = {"key": key, "snapshot": snapshot, "version": current + 1,
-                         "machine_version": machine_version or "", "expected": current}  # fmt: skip
+        self._pending = {
+            "key": key,
+            "snapshot": snapshot,
+            "version": current + 1,
+            "machine_version": machine_version or "",
+            "expected": current,
+        }
         return current + 1
 
     def finish(
@@ -141,8 +157,12 @@ class PostgresSession:
         """The snapshot, the receipt and the transition log, in one statement."""
         if self._pending is None:
             raise ConflictError(f"workflow step of {self._key!r} finished without a snapshot")
-        params: dict[str, Any] = {**self._pending, "receipt": receipt,
-                                  "message": self._message_id, "now": time.time()}  # fmt: skip
+        params: dict[str, Any] = {
+            **self._pending,
+            "receipt": receipt,
+            "message": self._message_id,
+            "now": time.time(),
+        }
         rows = transition_rows(transitions) if self._log else []
         for n, row in enumerate(rows):
             params.update({f"t{n}_{c}": row[c] for c in COLUMNS})
@@ -164,16 +184,22 @@ def _write_statement(update: bool, logged: int) -> sa.TextClause:
         values = ", ".join(
             "(" + ", ".join(f":t{n}_{c}" for c in COLUMNS) + ")" for n in range(logged)
         )
-        clauses.append(f"log AS (INSERT INTO {TRANSITION_TABLE} ({', '.join(COLUMNS)}) "
-                       f"VALUES {values})")  # fmt: skip
+        clauses.append(
+            f"log AS (INSERT INTO {TRANSITION_TABLE} ({', '.join(COLUMNS)}) VALUES {values})"
+        )
     return sa.text(f"WITH {', '.join(clauses)} {_UPDATE if update else _INSERT}")
 
 
 @contextmanager
 def postgres_session(
-    store: SnapshotTable, key: str, message_id: str, *, timeout: float, ttl_s: float | None,
+    store: SnapshotTable,
+    key: str,
+    message_id: str,
+    *,
+    timeout: float,
+    ttl_s: float | None,
     log: bool,
-) -> Iterator[PostgresSession]:  # fmt: skip
+) -> Iterator[PostgresSession]:
     """Open the step's transaction on ``store`` (PostgreSQL) and claim, lock and load.
 
     Raises:

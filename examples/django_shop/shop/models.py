@@ -13,8 +13,12 @@ class Order(models.Model):
         PAID = "paid"
 
     amount_cents = models.PositiveIntegerField(help_text="What to charge, in cents.")
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING,
-                              help_text="Whether the payment went through.")
+    status = models.CharField(
+        max_length=16,
+        choices=Status.choices,
+        default=Status.PENDING,
+        help_text="Whether the payment went through.",
+    )
     created = models.DateTimeField(auto_now_add=True, help_text="When it was placed.")
 
     def __str__(self) -> str:

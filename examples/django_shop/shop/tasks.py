@@ -49,8 +49,16 @@ def charge_order(order_id: int) -> str:
     with transaction.atomic():
         order.status = Order.Status.PAID
         order.save(update_fields=["status"])
-        DjangoOutboxStore().add("shop-events", Envelope.new(
-            type="shop.order.paid", subject=f"order-{order_id}",
-            data={"order_id": order_id, "charge": charge_id, "amount_cents": order.amount_cents},
-        ))
+        DjangoOutboxStore().add(
+            "shop-events",
+            Envelope.new(
+                type="shop.order.paid",
+                subject=f"order-{order_id}",
+                data={
+                    "order_id": order_id,
+                    "charge": charge_id,
+                    "amount_cents": order.amount_cents,
+                },
+            ),
+        )
     return charge_id

@@ -84,13 +84,23 @@ def _order(ctx: dict[str, Any], event: Any) -> list[Any]:
     return [ctx.get("input") or {}]
 
 
-_TASKS = {"reserveStock": reserve_stock, "releaseStock": release_stock,
-          "chargeCard": charge_card, "refundCard": refund_card, "shipParcel": ship_parcel}  # fmt: skip
+_TASKS = {
+    "reserveStock": reserve_stock,
+    "releaseStock": release_stock,
+    "chargeCard": charge_card,
+    "refundCard": refund_card,
+    "shipParcel": ship_parcel,
+}
 
 fulfilment = xsm.workflow(
-    create_machine(SAGA.build(), logic=SAGA.logic().merge(MachineLogic(
-        services={name: celery_service(task, args=_order) for name, task in _TASKS.items()}
-    ))),
+    create_machine(
+        SAGA.build(),
+        logic=SAGA.logic().merge(
+            MachineLogic(
+                services={name: celery_service(task, args=_order) for name, task in _TASKS.items()}
+            )
+        ),
+    ),
     store="django",
     name="fulfil",
     outbox_topic="shop-events",

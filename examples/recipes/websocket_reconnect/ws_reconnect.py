@@ -102,7 +102,9 @@ def socket_logic(server: FakeServer, policy: RetryPolicy) -> MachineLogic:
 def default_policy(seed: int | None = None) -> RetryPolicy:
     """Full-jitter backoff from one second; seed the rng for exact delays in tests."""
     rng = random.Random(seed).random if seed is not None else random.random
-    return RetryPolicy(max_attempts=MAX_ATTEMPTS, base_ms=1_000, max_ms=30_000, jitter="full", rng=rng)
+    return RetryPolicy(
+        max_attempts=MAX_ATTEMPTS, base_ms=1_000, max_ms=30_000, jitter="full", rng=rng
+    )
 
 
 def build_machine(server: FakeServer, policy: RetryPolicy) -> Any:

@@ -93,8 +93,9 @@ def replay_task(
     owner = (ref.workflow, ref.key) if ref is not None else (None, None)
     if dry_run:
         outcome = _dry_outcome(record, ref, step)
-        return TaskReplayResult(record_id, True, outcome, name, None, args, kwargs, warnings,
-                                *owner)  # fmt: skip
+        return TaskReplayResult(
+            record_id, True, outcome, name, None, args, kwargs, warnings, *owner
+        )
     if not reason or not reason.strip():
         raise ReplayRefusedError(
             f"replaying dead letter {record_id} needs a reason (reason='...'); it is audited"
@@ -102,22 +103,35 @@ def replay_task(
     task_id, outcome = _send(app, record, step, options)
     store.mark_resolved(record_id, time.time())
     store.audit(record_id, "replay", actor=current_actor(actor), reason=reason, outcome=outcome)
-    emit(FactKind.DEAD_LETTER_REPLAYED, source="task", task=name, task_id=task_id,
-         record_id=record_id, reason=record.reason)  # fmt: skip
-    return TaskReplayResult(record_id, False, outcome, name, task_id, args, kwargs, warnings,
-                            *owner)  # fmt: skip
+    emit(
+        FactKind.DEAD_LETTER_REPLAYED,
+        source="task",
+        task=name,
+        task_id=task_id,
+        record_id=record_id,
+        reason=record.reason,
+    )
+    return TaskReplayResult(
+        record_id, False, outcome, name, task_id, args, kwargs, warnings, *owner
+    )
 
 
-def _send(app: Any, record: Any, step: TaskStepReplay | None, options: dict[str, Any]
-          ) -> tuple[str, str]:  # fmt: skip
+def _send(
+    app: Any, record: Any, step: TaskStepReplay | None, options: dict[str, Any]
+) -> tuple[str, str]:
     """Send the task (a task step through its workflow); its task id and the outcome."""
     name = str(record.task_name)
     if step is not None:
         task_id = step.send()
         return task_id, f"sent task step {name} of workflow {step.ref} again as task {task_id}"
     task_id = uuid()
-    app.send_task(name, args=list(record.task_args or []), kwargs=dict(record.task_kwargs or {}),
-                  task_id=task_id, **options)  # fmt: skip
+    app.send_task(
+        name,
+        args=list(record.task_args or []),
+        kwargs=dict(record.task_kwargs or {}),
+        task_id=task_id,
+        **options,
+    )
     return task_id, f"sent {name} as task {task_id}"
 
 

@@ -165,8 +165,12 @@ class DeadLetterSpool:
             try:
                 written += int(self.write_through(store, record))
             except Exception:
-                logger.warning("dead-letter store still failing; %d record(s) stay spooled in %s",
-                               len(self), self.directory, exc_info=True)  # fmt: skip
+                logger.warning(
+                    "dead-letter store still failing; %d record(s) stay spooled in %s",
+                    len(self),
+                    self.directory,
+                    exc_info=True,
+                )
                 break
         return written
 
@@ -175,8 +179,9 @@ class DeadLetterSpool:
         path = self._path(record_id)
         with contextlib.suppress(FileNotFoundError):
             path.replace(path.with_suffix(".bad"))
-        logger.error("spooled dead letter %s is unreadable; kept as %s", record_id,
-                     path.with_suffix(".bad"))  # fmt: skip
+        logger.error(
+            "spooled dead letter %s is unreadable; kept as %s", record_id, path.with_suffix(".bad")
+        )
 
 
 def _mtime(path: Path) -> float:

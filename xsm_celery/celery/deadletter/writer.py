@@ -188,15 +188,30 @@ class DeadLetterWriter:
             logger.warning(
                 "dead-letter store failed; the dead letter %s of task %s[%s] is kept in the "
                 "spool %s and written when the store is back",
-                record.id, failure.task_name, failure.task_id, self._spool.directory,
+                record.id,
+                failure.task_name,
+                failure.task_id,
+                self._spool.directory,
                 exc_info=True,
-            )  # fmt: skip
-            emit(FactKind.DEAD_LETTER_WRITTEN, source="task", reason=record.reason,
-                 task=failure.task_name, task_id=failure.task_id, stored=False)  # fmt: skip
+            )
+            emit(
+                FactKind.DEAD_LETTER_WRITTEN,
+                source="task",
+                reason=record.reason,
+                task=failure.task_name,
+                task_id=failure.task_id,
+                stored=False,
+            )
             emit(FactKind.DEAD_LETTER_SPOOLED, task=failure.task_name, reason=record.reason)
             return record
-        emit(FactKind.DEAD_LETTER_WRITTEN, source="task", reason=record.reason,
-             task=failure.task_name, task_id=failure.task_id, stored=True)  # fmt: skip
+        emit(
+            FactKind.DEAD_LETTER_WRITTEN,
+            source="task",
+            reason=record.reason,
+            task=failure.task_name,
+            task_id=failure.task_id,
+            stored=True,
+        )
         self._spool.flush(store)
         return record
 
@@ -218,8 +233,12 @@ class DeadLetterWriter:
         try:
             self._spool.write_through(self._open_store(), spooled)
         except Exception:
-            logger.warning("dead-letter store failed; dead letter %s stays in the spool %s",
-                           record_id, self._spool.directory, exc_info=True)  # fmt: skip
+            logger.warning(
+                "dead-letter store failed; dead letter %s stays in the spool %s",
+                record_id,
+                self._spool.directory,
+                exc_info=True,
+            )
         return record_id
 
 

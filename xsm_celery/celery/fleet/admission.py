@@ -228,8 +228,13 @@ def _admit(
         name = plan.name_for(plan.rate, args, kwargs)
         held.limits += (name,)
         if not _reservation_taken(plan, name, asked):
-            _admit_rate(plan.limiter("rate", name), name, plan.rate.on_redis_down, deadline,
-                        asked.reserve_max_ms)  # fmt: skip
+            _admit_rate(
+                plan.limiter("rate", name),
+                name,
+                plan.rate.on_redis_down,
+                deadline,
+                asked.reserve_max_ms,
+            )
     if plan.concurrency is not None:
         name = plan.name_for(plan.concurrency, args, kwargs)
         held.limits += (name,)
@@ -405,9 +410,13 @@ def _deferral(
             task.update_state(
                 task_id=request.id,
                 state=DEFERRED_STATE,
-                meta={"reason": defer.reason, "limit": defer.limit, "countdown": countdown,
-                      "deferrals": count},
-            )  # fmt: skip
+                meta={
+                    "reason": defer.reason,
+                    "limit": defer.limit,
+                    "countdown": countdown,
+                    "deferrals": count,
+                },
+            )
         except Exception:  # a result backend outage must not lose the deferral
             logger.debug("could not store the DEFERRED state of %s", request.id, exc_info=True)
     task_deferred.send(
@@ -484,7 +493,10 @@ def _dead_letter(
     machine = bound.machine
     bound.writer.write(
         TaskFailure.of_task(
-            task, machine, args, kwargs,
+            task,
+            machine,
+            args,
+            kwargs,
             state_id="deferred",
             event_type="xsm.fleet.deferred",
             snapshot=snapshot,
@@ -494,8 +506,9 @@ def _dead_letter(
     )
     _forget_deferrals(plan, str(task.request.id or ""))
     FLEET_COUNTERS[("dead_lettered", defer.reason)] += 1
-    emit(FactKind.LIMIT_DEFERRED, limit=defer.limit, task=plan.task_name,
-         reason="deferred_too_long")  # fmt: skip
+    emit(
+        FactKind.LIMIT_DEFERRED, limit=defer.limit, task=plan.task_name, reason="deferred_too_long"
+    )
     return error
 
 
@@ -504,7 +517,5 @@ def _verified_snapshot(bound: Any, request: Any) -> dict[str, Any]:
 
     A dead letter must not carry an error chain that was not written for this task.
     """
-    snapshot: dict[str, Any] = bound.codec.verified_snapshot(
-        request.headers, str(request.id or "")
-    )
+    snapshot: dict[str, Any] = bound.codec.verified_snapshot(request.headers, str(request.id or ""))
     return snapshot

@@ -131,6 +131,4 @@ def deferral_history(headers: Mapping[str, Any], task: str, now: float) -> Defer
 
 
 def _is_number(value: object) -> bool:
-    return (
-        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    )
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

@@ -51,4 +51,3 @@ def _showable(text: str) -> bool:
         and not _REFUSED.intersection(text)
         and mask_text(text) == text
     )
-

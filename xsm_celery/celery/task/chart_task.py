@@ -170,9 +170,7 @@ def _bind(cls: type[ChartTask], app: Any) -> Bound:
     )
 
 
-def _probe_machine(
-    name: str, policy: RetryPolicy, keys: tuple[str, ...] | None
-) -> Machine | None:
+def _probe_machine(name: str, policy: RetryPolicy, keys: tuple[str, ...] | None) -> Machine | None:
     """The shipped chart under ``policy`` with a fixed jitter source, for ``first_attempt``.
 
     None when the policy has ``abort_if`` or ``retry_if``: the user's predicates are not

@@ -70,9 +70,11 @@ class Bound:
     def writer(self) -> DeadLetterWriter:
         """Writes this task's dead letters to the app's store (opened on first use)."""
         return DeadLetterWriter(
-            lambda: stores_for(self.app).dead_letters(), self.signature, self.redact_keys,
+            lambda: stores_for(self.app).dead_letters(),
+            self.signature,
+            self.redact_keys,
             spool=DeadLetterSpool(self.settings.dead_letter_spool),
-        )  # fmt: skip
+        )
 
 
 def execute(
@@ -186,7 +188,10 @@ def _give_up(
     error = run.error
     bound.writer.write(
         TaskFailure.of_task(
-            task, machine, args, kwargs,
+            task,
+            machine,
+            args,
+            kwargs,
             state_id=str(settled.state_id),
             event_type=_event_type(machine),
             snapshot=json.loads(interp.get_snapshot()),
@@ -197,8 +202,13 @@ def _give_up(
         )
     )
     attempt = interp.context.get("attempt")
-    emit(FactKind.GAVE_UP, task=str(task.name), task_id=str(task.request.id),
-         exception=_type_name(error), attempt=attempt)  # fmt: skip
+    emit(
+        FactKind.GAVE_UP,
+        task=str(task.name),
+        task_id=str(task.request.id),
+        exception=_type_name(error),
+        attempt=attempt,
+    )
     if error is None:
         return TaskGaveUp(
             f"task {task.name}[{task.request.id}] entered dead-letter state "
@@ -231,9 +241,15 @@ def _retry(
     error = settled.run.error
     mask_exception(error, secrets)
     durable = delay_s > bound.settings.timer_countdown_max_s
-    emit(FactKind.RETRY_SCHEDULED, task=str(task.name), task_id=str(task.request.id),
-         exception=_type_name(error), delay_s=delay_s, durable=durable,
-         attempt=interp.context.get("attempt"))  # fmt: skip
+    emit(
+        FactKind.RETRY_SCHEDULED,
+        task=str(task.name),
+        task_id=str(task.request.id),
+        exception=_type_name(error),
+        delay_s=delay_s,
+        durable=durable,
+        attempt=interp.context.get("attempt"),
+    )
     emit(FactKind.OUTBOUND, carrier=headers)
     if not durable:
         scheduled = task.retry(countdown=delay_s, exc=error, headers=headers, throw=False)
@@ -284,4 +300,3 @@ def _workflow_of(request: Any) -> dict[str, str] | None:
             found["replay"] = str(raw["replay"])[:64]
         return found
     return None
-

@@ -115,7 +115,6 @@ MAX_ERRORS = 20
 _ERROR_FIELDS = frozenset({"source", "name", "type", "message"})
 
 
-
 def signing_key(conf: Any) -> bytes | None:
     """The key that signs chart headers, or None when headers go unsigned.
 
@@ -289,8 +288,7 @@ class HeaderCodec:
             )
         else:
             logger.warning(
-                "task %s: ignoring the %s message header (%s%s); starting its retry chart "
-                "afresh",
+                "task %s: ignoring the %s message header (%s%s); starting its retry chart afresh",
                 self.task_name,
                 HEADER,
                 reason,

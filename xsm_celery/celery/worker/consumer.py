@@ -114,8 +114,10 @@ class DispatcherStep(bootsteps.ConsumerStep):
             if self._undecodable_to is None:
                 self._undecodable_to = store
         driver = channel.connection.client.transport.driver_type
-        errors = (*channel.connection.client.connection_errors,
-                  *channel.connection.client.channel_errors)  # fmt: skip
+        errors = (
+            *channel.connection.client.connection_errors,
+            *channel.connection.client.channel_errors,
+        )
 
         def settle(held: Held, how: str) -> None:
             settle_message(held, how, errors)

@@ -117,8 +117,12 @@ def _fire_from(app: Any, timers: Any, now: float, batch: int, owner: str) -> int
             logger.exception("could not publish the retry of task %s; will try again", timer.key)
             continue
         timers.delete(timer.id)
-        emit(FactKind.TIMER_FIRED, task=timer.payload.get("task"), purpose="retry",
-             lag_s=max(0.0, now - timer.due_at))  # fmt: skip
+        emit(
+            FactKind.TIMER_FIRED,
+            task=timer.payload.get("task"),
+            purpose="retry",
+            lag_s=max(0.0, now - timer.due_at),
+        )
         sent += 1
     return sent
 

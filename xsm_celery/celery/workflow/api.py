@@ -162,12 +162,19 @@ class Workflow:
         self.outbox_topic = outbox_topic
         self.task = self._register_task(dict(task_options or {}))
         self.context = StepContext(
-            app=app, name=self.name, machine=machine, task=self.task, queue=queue,
-            retry_policy=self.retry_policy, lock_timeout_s=self.lock_timeout_s,
-            inbox_ttl_s=inbox_ttl_s, outbox_topic=outbox_topic, store=store,
+            app=app,
+            name=self.name,
+            machine=machine,
+            task=self.task,
+            queue=queue,
+            retry_policy=self.retry_policy,
+            lock_timeout_s=self.lock_timeout_s,
+            inbox_ttl_s=inbox_ttl_s,
+            outbox_topic=outbox_topic,
+            store=store,
             invocations={inv.id: node.id for node in machine.nodes for inv in node.invoke},
             dead_letter_sink=buffer_dead_letter,
-        )  # fmt: skip
+        )
         with _registry_lock:
             table = _registry.setdefault(app, {})
             if self.name in table:
@@ -176,8 +183,7 @@ class Workflow:
                     "two workflows of one chart apart"
                 )
             table[self.name] = self
-        register_timer_source(app, f"workflow:{self.name}",
-                              partial(recover_overdue, self.context))  # fmt: skip
+        register_timer_source(app, f"workflow:{self.name}", partial(recover_overdue, self.context))
 
     def __repr__(self) -> str:
         return f"Workflow({self.name!r}, task={self.task.name!r})"
@@ -203,9 +209,12 @@ class Workflow:
         if self.queue:
             options.setdefault("queue", self.queue)
         return self.app.task(
-            name=f"{WORKFLOW_TASK_PREFIX}{self.name}", bind=True, shared=False, typing=False,
+            name=f"{WORKFLOW_TASK_PREFIX}{self.name}",
+            bind=True,
+            shared=False,
+            typing=False,
             **options,
-        )(step)  # fmt: skip
+        )(step)
 
     def stores(self) -> WorkflowStores:
         """The stores of this workflow in this process (opened on first use)."""
@@ -306,8 +315,7 @@ class Workflow:
                 found.update(t for t in node.on if t and t != "*" and not is_engine_event_type(t))
         return sorted(found)
 
-    def _event_message(self, event: Any, payload: dict[str, Any], event_id: str | None
-                       ) -> Message:  # fmt: skip
+    def _event_message(self, event: Any, payload: dict[str, Any], event_id: str | None) -> Message:
         made = to_event(event, payload)
         if is_engine_event_type(made.type):
             raise InvalidEventError(
@@ -329,11 +337,13 @@ class Workflow:
 
     def dispatch_payload(self, dispatch: Dispatch, *, replay_of: str = "") -> dict[str, Any]:
         """The send spec of a task step, with the callbacks that bring its result back."""
-        return payloads.dispatch_spec(self.context, dispatch, sent_at=time.time(),
-                                      replay_of=replay_of)  # fmt: skip
+        return payloads.dispatch_spec(
+            self.context, dispatch, sent_at=time.time(), replay_of=replay_of
+        )
 
-    def send_payload(self, task_id: str, payload: dict[str, Any], *, countdown: float | None = None
-                     ) -> None:  # fmt: skip
+    def send_payload(
+        self, task_id: str, payload: dict[str, Any], *, countdown: float | None = None
+    ) -> None:
         """Publish a send spec as ``fire_due_timers`` would, optionally after ``countdown``."""
         payloads.send_spec(self.app, task_id, payload, countdown=countdown)
 
@@ -347,16 +357,17 @@ class Workflow:
 
         queue = self.queue or str(self.app.conf.task_default_queue or "celery")
         options.setdefault("inbound_topic", queue)
-        options.setdefault("inbound_bindings",
-                           {"amqp": {"is": "queue", "queue": {"name": queue, "durable": True}}})
+        options.setdefault(
+            "inbound_bindings", {"amqp": {"is": "queue", "queue": {"name": queue, "durable": True}}}
+        )
         if self.outbox_topic:
             options.setdefault("outbound_topic", self.outbox_topic)
         return asyncapi_document(self.machine, server, **options)
 
 
-
-def workflow_decorator(xsm_app: Any, options: dict[str, Any]) -> Callable[[Callable[[], Machine]],
-                                                                       Workflow]:  # fmt: skip
+def workflow_decorator(
+    xsm_app: Any, options: dict[str, Any]
+) -> Callable[[Callable[[], Machine]], Workflow]:
     """``@xsm.workflow(store=...)`` over a function that returns the machine."""
 
     def decorate(build: Callable[[], Machine]) -> Workflow:

@@ -34,15 +34,26 @@ def workflow_dead_letter(ctx: StepContext, letter: DeadLetter, *, key: str) -> N
     stores = stores_for(ctx.app)
     spool = DeadLetterSpool(stores.settings.dead_letter_spool)
     spool.keep(letter)
-    facts = {"source": "workflow", "reason": letter.reason, "task": letter.task_name or "",
-             "task_id": letter.task_id or "", "workflow": ctx.name}  # fmt: skip
+    facts = {
+        "source": "workflow",
+        "reason": letter.reason,
+        "task": letter.task_name or "",
+        "task_id": letter.task_id or "",
+        "workflow": ctx.name,
+    }
     try:
         store = stores.dead_letters()
         spool.write_through(store, letter)
     except Exception:
-        logger.warning("dead-letter store failed; the dead letter %s of workflow %s[%s] is kept "
-                       "in the spool %s and written when the store is back", letter.id,
-                       ctx.name, key, spool.directory, exc_info=True)  # fmt: skip
+        logger.warning(
+            "dead-letter store failed; the dead letter %s of workflow %s[%s] is kept "
+            "in the spool %s and written when the store is back",
+            letter.id,
+            ctx.name,
+            key,
+            spool.directory,
+            exc_info=True,
+        )
         emit(FactKind.DEAD_LETTER_WRITTEN, stored=False, **facts)
         emit(FactKind.DEAD_LETTER_SPOOLED, task=letter.task_name or "", reason=letter.reason)
         return

@@ -112,8 +112,9 @@ def read_ledger(inbox: Inbox, store_key: str, message_id: str) -> StepLedger:
     return StepLedger() if entry is None else StepLedger.from_json(entry.receipt)
 
 
-def write_ledger(inbox: Inbox, store_key: str, message_id: str, ledger: StepLedger,
-                 ttl_s: float | None) -> None:  # fmt: skip
+def write_ledger(
+    inbox: Inbox, store_key: str, message_id: str, ledger: StepLedger, ttl_s: float | None
+) -> None:
     """Store ``ledger``; it expires with the message's inbox receipt.
 
     Raises:

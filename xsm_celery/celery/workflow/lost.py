@@ -72,8 +72,11 @@ def count_lost_runs(app: Any, task: Any, committed: Any) -> LostRuns:
         ended = int(markers.started(task_id + ENDED_SUFFIX) or 0)
         started = int(markers.started(task_id) or 0) if redelivered else ended
     except Exception:
-        logger.warning("could not read the attempt markers of workflow step %s; the run goes "
-                       "ahead uncounted", task_id, exc_info=True)  # fmt: skip
+        logger.warning(
+            "could not read the attempt markers of workflow step %s; the run goes ahead uncounted",
+            task_id,
+            exc_info=True,
+        )
         return LostRuns(0)
     missing = started - ended
     if missing <= 0:
@@ -102,5 +105,8 @@ def _mark(app: Any, key: str, value: int) -> None:
     try:
         stores_for(app).markers().mark(key, value)
     except Exception:
-        logger.warning("could not write the attempt marker %s; a worker lost during this "
-                       "step is not counted", key, exc_info=True)  # fmt: skip
+        logger.warning(
+            "could not write the attempt marker %s; a worker lost during this step is not counted",
+            key,
+            exc_info=True,
+        )

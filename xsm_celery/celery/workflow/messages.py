@@ -61,8 +61,12 @@ class Message:
         if not isinstance(raw, dict):
             raise WorkflowStepError(f"a workflow message is a JSON object, got {raw!r:.80}")
         ident, kind = raw.get("id"), raw.get("kind")
-        if not isinstance(ident, str) or not ident or kind not in MESSAGE_KINDS \
-                or ident.startswith(LEDGER_KEY_PREFIX):  # fmt: skip
+        if (
+            not isinstance(ident, str)
+            or not ident
+            or kind not in MESSAGE_KINDS
+            or ident.startswith(LEDGER_KEY_PREFIX)
+        ):
             raise WorkflowStepError(
                 f"workflow message needs a non-empty 'id' and a 'kind' in {MESSAGE_KINDS}: "
                 f"{raw!r:.200}"

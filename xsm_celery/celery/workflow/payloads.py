@@ -46,11 +46,22 @@ RECOVERY_KEY = "xsm_recovery"
 _TIMER_NAMESPACE = uuid.UUID("6f1d2c3e-7a4b-4c5d-9e8f-0a1b2c3d4e5f")
 
 
-def spec(task: str, args: list[Any], kwargs: dict[str, Any], headers: dict[str, Any],
-         options: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+def spec(
+    task: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    headers: dict[str, Any],
+    options: dict[str, Any],
+) -> dict[str, Any]:
     """The shape ``fire_due_timers`` publishes a row's payload with."""
-    return {"task": task, "args": args, "kwargs": kwargs, "headers": headers,
-            "retries": 0, "options": options}  # fmt: skip
+    return {
+        "task": task,
+        "args": args,
+        "kwargs": kwargs,
+        "headers": headers,
+        "retries": 0,
+        "options": options,
+    }
 
 
 def deadline_id(deadline: dict[str, Any]) -> tuple[str, str, float]:
@@ -73,28 +84,34 @@ def routing(queue: str | None) -> dict[str, Any]:
     return {"queue": queue} if queue else {}
 
 
-def timer_spec(
-    ctx: StepContext, key: str, deadline: dict[str, Any]
-) -> tuple[str, dict[str, Any]]:
+def timer_spec(ctx: StepContext, key: str, deadline: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """The task id and send spec of the message that fires one ``after`` timer."""
     task_id = timer_task_id(ctx.name, key, deadline)
     due = float(deadline["due_at_wall"])
-    message = Message(task_id, "timer", type=str(deadline.get("event_type")),
-                      payload={"state_id": str(deadline.get("state_id"))}, due_at=due)  # fmt: skip
+    message = Message(
+        task_id,
+        "timer",
+        type=str(deadline.get("event_type")),
+        payload={"state_id": str(deadline.get("state_id"))},
+        due_at=due,
+    )
     payload = spec(ctx.task.name, [key, message.to_dict()], {}, {}, routing(ctx.queue))
     payload[RECOVERY_KEY] = {"kind": "timer", "key": key, "due_at": due}
     return task_id, payload
 
 
-def completion(kind: str, key: str, invoke_id: str, task_id: str, data: Any = None
-               ) -> dict[str, Any]:  # fmt: skip
+def completion(
+    kind: str, key: str, invoke_id: str, task_id: str, data: Any = None
+) -> dict[str, Any]:
     """The step message of a task step's result (``done``) or failure (``error``)."""
-    return Message(f"{kind}:{task_id}", kind, invoke=invoke_id, dispatch=task_id,
-                   data=data).to_dict()  # fmt: skip
+    return Message(
+        f"{kind}:{task_id}", kind, invoke=invoke_id, dispatch=task_id, data=data
+    ).to_dict()
 
 
-def dispatch_spec(ctx: StepContext, dispatch: Dispatch, *, sent_at: float, replay_of: str = ""
-                  ) -> dict[str, Any]:  # fmt: skip
+def dispatch_spec(
+    ctx: StepContext, dispatch: Dispatch, *, sent_at: float, replay_of: str = ""
+) -> dict[str, Any]:
     """The send spec of a task step, with the callbacks that bring its result back.
 
     ``replay_of`` names the dead letter an operator replays: the task keeps its id (the
@@ -111,13 +128,19 @@ def dispatch_spec(ctx: StepContext, dispatch: Dispatch, *, sent_at: float, repla
     owner = {"workflow": ctx.name, "key": key, **({"replay": replay_of} if replay_of else {})}
     headers = {WORKFLOW_HEADER: owner}
     payload = spec(dispatch.task_name, dispatch.args, dispatch.kwargs, headers, options)
-    payload[RECOVERY_KEY] = {"kind": "dispatch", "key": key, "invoke": dispatch.invoke_id,
-                             "timeout_s": dispatch.timeout_s, "sent_at": sent_at}  # fmt: skip
+    payload[RECOVERY_KEY] = {
+        "kind": "dispatch",
+        "key": key,
+        "invoke": dispatch.invoke_id,
+        "timeout_s": dispatch.timeout_s,
+        "sent_at": sent_at,
+    }
     return payload
 
 
-def send_spec(app: Any, task_id: str, payload: dict[str, Any], *, countdown: float | None = None
-              ) -> None:  # fmt: skip
+def send_spec(
+    app: Any, task_id: str, payload: dict[str, Any], *, countdown: float | None = None
+) -> None:
     """Publish a send spec as ``fire_due_timers`` would, optionally after ``countdown``."""
     options = dict(payload.get("options") or {})
     if countdown:

@@ -60,40 +60,61 @@ def recover_overdue(ctx: StepContext, now: float, batch: int, owner: str) -> int
                 continue
             send_spec(ctx.app, row.key, row.payload)
         except Exception:
-            logger.exception("workflow %s: could not re-publish %s %s; the next scan tries "
-                             "again", ctx.name, kind or "row", row.key)  # fmt: skip
+            logger.exception(
+                "workflow %s: could not re-publish %s %s; the next scan tries again",
+                ctx.name,
+                kind or "row",
+                row.key,
+            )
             continue
         sent += 1
         if kind == "timer":
             _postpone(timers, row, now + grace)
             due = float(meta.get("due_at") or row.due_at)
-            emit(FactKind.TIMER_FIRED, workflow=ctx.name, purpose="workflow_timer",
-                 lag_s=max(0.0, now - due))  # fmt: skip
-            logger.warning("workflow %s[%s]: timer message %s was not applied %.1f s after its "
-                           "due time; re-published", ctx.name, meta.get("key"), row.key,
-                           now - due)  # fmt: skip
+            emit(
+                FactKind.TIMER_FIRED,
+                workflow=ctx.name,
+                purpose="workflow_timer",
+                lag_s=max(0.0, now - due),
+            )
+            logger.warning(
+                "workflow %s[%s]: timer message %s was not applied %.1f s after its "
+                "due time; re-published",
+                ctx.name,
+                meta.get("key"),
+                row.key,
+                now - due,
+            )
         else:
             timers.delete(row.id)  # a back-stop row of an earlier version: sent once
     return sent
 
 
-def _recover_task_step(ctx: StepContext, row: DueTimer, meta: dict[str, Any], now: float
-                       ) -> int:  # fmt: skip
+def _recover_task_step(ctx: StepContext, row: DueTimer, meta: dict[str, Any], now: float) -> int:
     """Apply a result the backend holds, leave a running task, or send the task again."""
     task_id, key, invoke = row.key, str(meta.get("key")), str(meta.get("invoke"))
     state, result = _backend_state(ctx.app, task_id)
     late = max(0.0, now - float(meta.get("sent_at") or row.due_at))
     if state in _RUNNING:
-        logger.info("workflow %s[%s]: task step %s still %s after %.0f s", ctx.name, key,
-                    task_id, state, late)  # fmt: skip
+        logger.info(
+            "workflow %s[%s]: task step %s still %s after %.0f s",
+            ctx.name,
+            key,
+            task_id,
+            state,
+            late,
+        )
         return 0
     if state == "SUCCESS":
         message = completion("done", key, invoke, task_id)
         ctx.task.apply_async(args=[result, key, message], **routing(ctx.queue))
         what = "its result from the result backend applied"
     elif state == "FAILURE":
-        info = {"task": str(row.payload.get("task") or ""), "type": type(result).__name__,
-                "message": truncate_message(str(result))}  # fmt: skip
+        info = {
+            "task": str(row.payload.get("task") or ""),
+            "type": type(result).__name__,
+            "message": truncate_message(str(result)),
+        }
         message = completion("error", key, invoke, task_id, info)
         ctx.task.apply_async(args=[key, message], **routing(ctx.queue))
         what = "its failure from the result backend applied"
@@ -101,9 +122,15 @@ def _recover_task_step(ctx: StepContext, row: DueTimer, meta: dict[str, Any], no
         send_spec(ctx.app, task_id, row.payload)
         what = "sent again"
     emit(FactKind.TIMER_FIRED, workflow=ctx.name, purpose="workflow_task_step", lag_s=late)
-    logger.warning("workflow %s[%s]: task step %s (%s) had no completion %.0f s after it was "
-                   "sent; %s", ctx.name, key, row.payload.get("task"), task_id, late,
-                   what)  # fmt: skip
+    logger.warning(
+        "workflow %s[%s]: task step %s (%s) had no completion %.0f s after it was sent; %s",
+        ctx.name,
+        key,
+        row.payload.get("task"),
+        task_id,
+        late,
+        what,
+    )
     return 1
 
 

@@ -31,8 +31,13 @@ if TYPE_CHECKING:
     from xsm_celery.celery.workflow.api import Workflow
     from xsm_celery.celery.workflow.view import WorkflowView
 
-__all__ = ["TaskStepReplay", "WorkflowRef", "describe_step_message", "replay_task_step",
-           "workflow_of_record"]  # fmt: skip
+__all__ = [
+    "TaskStepReplay",
+    "WorkflowRef",
+    "describe_step_message",
+    "replay_task_step",
+    "workflow_of_record",
+]
 
 
 @dataclass(frozen=True)
@@ -87,9 +92,14 @@ def replay_task_step(app: Any, record: DeadLetter, ref: WorkflowRef) -> TaskStep
     if invoke_id is None:
         raise ReplayRefusedError(_moved_on(record, ref, view))
     dispatch = Dispatch(
-        invoke_id=invoke_id, task_name=str(record.task_name), args=list(record.task_args or []),
-        kwargs=dict(record.task_kwargs or {}), task_id=task_id, options={}, key=ref.key,
-    )  # fmt: skip
+        invoke_id=invoke_id,
+        task_name=str(record.task_name),
+        args=list(record.task_args or []),
+        kwargs=dict(record.task_kwargs or {}),
+        task_id=task_id,
+        options={},
+        key=ref.key,
+    )
     return TaskStepReplay(workflow, ref, dispatch, record.id)
 
 

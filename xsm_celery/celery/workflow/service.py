@@ -85,8 +85,11 @@ def celery_service(
             raise ConfigurationError(
                 f"celery_service({name}) {label}= must be a callable of (ctx, event), got {fn!r}"
             )
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) \
-            or not 1.0 <= timeout_s <= MAX_TASK_STEP_TIMEOUT_S:  # fmt: skip
+    if (
+        isinstance(timeout_s, bool)
+        or not isinstance(timeout_s, int | float)
+        or not 1.0 <= timeout_s <= MAX_TASK_STEP_TIMEOUT_S
+    ):
         raise ConfigurationError(
             f"celery_service({name}) timeout_s must be seconds from 1 to "
             f"{MAX_TASK_STEP_TIMEOUT_S:g}, got {timeout_s!r}"
@@ -110,8 +113,16 @@ def celery_service(
         call_kwargs = dict(kwargs(ctx, event)) if kwargs is not None else {}
         task_id = uuid()
         ctx.setdefault(INVOCATIONS_KEY, {})[invoke_id] = task_id
-        dispatch = Dispatch(invoke_id, name, call_args, call_kwargs, task_id, dict(routing),
-                            step.key, timeout_s=float(timeout_s))  # fmt: skip
+        dispatch = Dispatch(
+            invoke_id,
+            name,
+            call_args,
+            call_kwargs,
+            task_id,
+            dict(routing),
+            step.key,
+            timeout_s=float(timeout_s),
+        )
         step.dispatches.append(dispatch)
 
     return from_callback(setup)

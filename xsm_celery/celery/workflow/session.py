@@ -36,9 +36,13 @@ class StepSession(Protocol):
     record: StoredSnapshot | None
 
     def save(
-        self, key: str, snapshot: str, *, expected_version: int | None = None,
+        self,
+        key: str,
+        snapshot: str,
+        *,
+        expected_version: int | None = None,
         machine_version: str = "",
-    ) -> int:  # fmt: skip
+    ) -> int:
         """Write (or queue for ``finish``) the new snapshot; return its version."""
 
     def finish(
@@ -50,25 +54,31 @@ class StepSession(Protocol):
 class GenericSession:
     """A session made of the stores' own calls: lock, ``inbox.get``, ``load``, then writes."""
 
-    def __init__(self, stores: WorkflowStores, key: str, message_id: str,
-                 ttl_s: float | None) -> None:  # fmt: skip
+    def __init__(
+        self, stores: WorkflowStores, key: str, message_id: str, ttl_s: float | None
+    ) -> None:
         self._stores = stores
         self._key = key
         self._message_id = message_id
         self._ttl_s = ttl_s
         entry = stores.inbox.get(key, message_id)
         self.duplicate = entry is not None and entry.receipt is not None
-        self.record: StoredSnapshot | None = None if self.duplicate else \
-            stores.snapshots.load(key)  # fmt: skip
+        self.record: StoredSnapshot | None = None if self.duplicate else stores.snapshots.load(key)
 
     def save(
-        self, key: str, snapshot: str, *, expected_version: int | None = None,
+        self,
+        key: str,
+        snapshot: str,
+        *,
+        expected_version: int | None = None,
         machine_version: str = "",
-    ) -> int:  # fmt: skip
+    ) -> int:
         """The snapshot store's ``save``, inside the lock's transaction."""
-        return int(self._stores.snapshots.save(
-            key, snapshot, expected_version=expected_version, machine_version=machine_version
-        ))  # fmt: skip
+        return int(
+            self._stores.snapshots.save(
+                key, snapshot, expected_version=expected_version, machine_version=machine_version
+            )
+        )
 
     def finish(
         self, receipt: str, summary: dict[str, Any], transitions: list[dict[str, Any]]

@@ -168,10 +168,17 @@ class _Session:
     def load(self, key: str) -> Any:
         return self._session.record
 
-    def save(self, key: str, snapshot: str, *, expected_version: int | None = None,
-             machine_version: str = "") -> int:  # fmt: skip
-        return self._session.save(key, snapshot, expected_version=expected_version,
-                                  machine_version=machine_version)  # fmt: skip
+    def save(
+        self,
+        key: str,
+        snapshot: str,
+        *,
+        expected_version: int | None = None,
+        machine_version: str = "",
+    ) -> int:
+        return self._session.save(
+            key, snapshot, expected_version=expected_version, machine_version=machine_version
+        )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
@@ -253,11 +260,11 @@ def _locked_step(
     store_key = ctx.store_key(key)
     recorder = _Recorder(dict(message.payload) if message.kind == "start" else None)
     open_session = stores.session or partial(generic_session, stores)
-    with open_session(store_key, message.id, timeout=ctx.lock_timeout_s,
-                      ttl_s=ctx.inbox_ttl_s) as session:  # fmt: skip
+    with open_session(
+        store_key, message.id, timeout=ctx.lock_timeout_s, ttl_s=ctx.inbox_ttl_s
+    ) as session:
         if session.duplicate:
-            logger.info("workflow %s[%s]: message %s already applied", ctx.name, key,
-                        message.id)  # fmt: skip
+            logger.info("workflow %s[%s]: message %s already applied", ctx.name, key, message.id)
             return StepOutcome(key, message.id, "duplicate"), recorder, []
         record = session.record
         if record is None and message.kind in ("timer", "done", "error"):
@@ -269,13 +276,26 @@ def _locked_step(
             pending = {deadline_id(d) for d in before}
             if message.kind == "timer" and _timer_id_of(message) not in pending:
                 raise _Stale("its timer is no longer pending")
-            with _instance(ctx, store_key, message, recorder=recorder, receipt=receipt,
-                           effects=effects, session=session) as interp:  # fmt: skip
-                _apply(ctx, key, message, interp, recorder=recorder, receipt=receipt,
-                       settled=effects.settled)  # fmt: skip
+            with _instance(
+                ctx,
+                store_key,
+                message,
+                recorder=recorder,
+                receipt=receipt,
+                effects=effects,
+                session=session,
+            ) as interp:
+                _apply(
+                    ctx,
+                    key,
+                    message,
+                    interp,
+                    recorder=recorder,
+                    receipt=receipt,
+                    settled=effects.settled,
+                )
                 _reconcile(ctx, interp, effects)
-                _arm_timers(ctx, key, interp, before=before, effects=effects,
-                            message=message)  # fmt: skip
+                _arm_timers(ctx, key, interp, before=before, effects=effects, message=message)
         except _Stale as why:
             _stale(ctx, key, message, str(why))
             return StepOutcome(key, message.id, "stale"), recorder, before
@@ -288,9 +308,15 @@ def _locked_step(
 
 @contextmanager
 def _instance(
-    ctx: StepContext, store_key: str, message: Message, *, recorder: _Recorder,
-    receipt: list[Receipt], effects: StepEffects, session: StepSession,
-) -> Iterator[Any]:  # fmt: skip
+    ctx: StepContext,
+    store_key: str,
+    message: Message,
+    *,
+    recorder: _Recorder,
+    receipt: list[Receipt],
+    effects: StepEffects,
+    session: StepSession,
+) -> Iterator[Any]:
     """``persisted()`` in the session already open, writing the step's rows before commit."""
     stores = ctx.stores()
 
@@ -298,10 +324,14 @@ def _instance(
         effects.write_rows(stores.timers, time.time())
         result = receipt[0] if receipt else Receipt(frozenset(interp.current_state_ids), False)
         summary = ctx.summary(store_key, interp) if stores.journal is not None else {}
-        session.finish(receipt_to_json(result), summary, [
-            {"workflow": ctx.name, "key": ctx.user_key(store_key),
-             "message": message.kind, **t} for t in recorder.transitions
-        ])  # fmt: skip
+        session.finish(
+            receipt_to_json(result),
+            summary,
+            [
+                {"workflow": ctx.name, "key": ctx.user_key(store_key), "message": message.kind, **t}
+                for t in recorder.transitions
+            ],
+        )
 
     with persisted(
         _Session(stores.snapshots, session),
@@ -315,14 +345,25 @@ def _instance(
 
 
 def _apply(
-    ctx: StepContext, key: str, message: Message, interp: Any, *, recorder: _Recorder,
-    receipt: list[Receipt], settled: list[str],
-) -> None:  # fmt: skip
+    ctx: StepContext,
+    key: str,
+    message: Message,
+    interp: Any,
+    *,
+    recorder: _Recorder,
+    receipt: list[Receipt],
+    settled: list[str],
+) -> None:
     """Deliver the message to the loaded instance; an action error aborts the step."""
     if message.kind == "event":
         if interp.status != "running":
-            logger.warning("workflow %s[%s] is %s; event %r ignored", ctx.name, key,
-                           interp.status, message.type)  # fmt: skip
+            logger.warning(
+                "workflow %s[%s] is %s; event %r ignored",
+                ctx.name,
+                key,
+                interp.status,
+                message.type,
+            )
         else:
             receipt.append(interp.send(Event(message.type, dict(message.payload)), wait=True))
     elif message.kind in ("done", "error"):
@@ -410,9 +451,14 @@ def _reconcile(ctx: StepContext, interp: Any, effects: StepEffects) -> None:
 
 
 def _arm_timers(
-    ctx: StepContext, key: str, interp: Any, *, before: list[dict[str, Any]],
-    effects: StepEffects, message: Message,
-) -> None:  # fmt: skip
+    ctx: StepContext,
+    key: str,
+    interp: Any,
+    *,
+    before: list[dict[str, Any]],
+    effects: StepEffects,
+    message: Message,
+) -> None:
     """Schedule the timers this step armed: countdown messages, or durable rows when long.
 
     A timer message that arrived before its due time (clock skew) re-arms its own timer.
@@ -458,9 +504,13 @@ def _publish_effects(ctx: StepContext, effects: StepEffects) -> None:
         try:
             send_spec(ctx.app, dispatch.task_id, effects.specs[dispatch.task_id])
         except Exception:
-            logger.exception("workflow %s[%s]: dispatching %s failed; Beat sends it in %.0f s",
-                             ctx.name, effects.key, dispatch.task_name,
-                             dispatch.timeout_s)  # fmt: skip
+            logger.exception(
+                "workflow %s[%s]: dispatching %s failed; Beat sends it in %.0f s",
+                ctx.name,
+                effects.key,
+                dispatch.task_name,
+                dispatch.timeout_s,
+            )
     eager = bool(effects.timers) and bool(ctx.app.conf.task_always_eager)
     for timer in effects.timers:
         if timer.durable or eager:
@@ -468,8 +518,9 @@ def _publish_effects(ctx: StepContext, effects: StepEffects) -> None:
         try:
             send_spec(ctx.app, timer.task_id, timer.payload, countdown=timer.delay_s)
         except Exception:
-            logger.exception("workflow %s[%s]: publishing a timer failed; Beat sends it",
-                             ctx.name, effects.key)  # fmt: skip
+            logger.exception(
+                "workflow %s[%s]: publishing a timer failed; Beat sends it", ctx.name, effects.key
+            )
     for task_id in effects.revokes:
         ctx.revoke(task_id)
     for record in effects.dead_letters:
@@ -483,8 +534,14 @@ def _stale(ctx: StepContext, key: str, message: Message, why: str) -> None:
     Its row was normally deleted by the step that settled it; one written by an earlier
     version, or left by a race, would otherwise be re-published by every Beat scan.
     """
-    logger.info("workflow %s[%s]: stale %s message %s ignored (%s)", ctx.name, key,
-                message.kind, message.id, why)  # fmt: skip
+    logger.info(
+        "workflow %s[%s]: stale %s message %s ignored (%s)",
+        ctx.name,
+        key,
+        message.kind,
+        message.id,
+        why,
+    )
     emit(FactKind.STALE_COMPLETION, workflow=ctx.name, message_kind=message.kind)
     row_key = message.id if message.kind == "timer" else message.dispatch
     if not row_key:
@@ -492,17 +549,28 @@ def _stale(ctx: StepContext, key: str, message: Message, why: str) -> None:
     try:
         ctx.stores().timers.delete_key(row_key)
     except Exception:
-        logger.info("could not drop the row of stale message %s; the Beat scan re-sends it "
-                    "and it is ignored again", message.id, exc_info=True)  # fmt: skip
+        logger.info(
+            "could not drop the row of stale message %s; the Beat scan re-sends it "
+            "and it is ignored again",
+            message.id,
+            exc_info=True,
+        )
 
 
 def _report(
-    ctx: StepContext, message: Message, recorder: _Recorder, *, before: list[dict[str, Any]],
+    ctx: StepContext,
+    message: Message,
+    recorder: _Recorder,
+    *,
+    before: list[dict[str, Any]],
     outcome: StepOutcome,
-) -> None:  # fmt: skip
+) -> None:
     for transition in recorder.transitions:
-        emit(FactKind.WORKFLOW_TRANSITION, workflow=ctx.name,
-             event=str(transition["event"]).split(".", 1)[0])  # fmt: skip
+        emit(
+            FactKind.WORKFLOW_TRANSITION,
+            workflow=ctx.name,
+            event=str(transition["event"]).split(".", 1)[0],
+        )
     if recorder.fired:
         now = time.time()
         dues = {str(d.get("event_type")): float(d["due_at_wall"]) for d in before}

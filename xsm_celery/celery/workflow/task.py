@@ -96,8 +96,9 @@ def parse_arguments(args: Sequence[Any]) -> tuple[str, Message]:
     return key, Message.from_dict(raw)
 
 
-def run_step_task(ctx: StepContext, task: Any, args: Sequence[Any], kwargs: dict[str, Any]
-                  ) -> dict[str, Any]:  # fmt: skip
+def run_step_task(
+    ctx: StepContext, task: Any, args: Sequence[Any], kwargs: dict[str, Any]
+) -> dict[str, Any]:
     """The body of the step task: run the step, or retry, defer or dead-letter it.
 
     ``kwargs`` is accepted for compatibility with messages of earlier versions and ignored.
@@ -106,18 +107,26 @@ def run_step_task(ctx: StepContext, task: Any, args: Sequence[Any], kwargs: dict
         key, message = parse_arguments(args)
         ctx.store_key(key)
     except (WorkflowStepError, StoreError) as exc:
-        _dead_letter(ctx, task, args, None, "", errors=[_entry("message", exc)],
-                     attempts=1, reason=DeadLetterReason.CORRUPT)  # fmt: skip
+        _dead_letter(
+            ctx,
+            task,
+            args,
+            None,
+            "",
+            errors=[_entry("message", exc)],
+            attempts=1,
+            reason=DeadLetterReason.CORRUPT,
+        )
         raise
     app = ctx.app
     lost = count_lost_runs(app, task, lambda: _committed(ctx, key, message))
     if lost.new:
         entries = [_entry("worker", error, message) for error in lost.new]
-        ledger = _count(ctx, task, args, key, message,
-                        change=lambda led: led.with_lost(entries))  # fmt: skip
+        ledger = _count(ctx, task, args, key, message, change=lambda led: led.with_lost(entries))
         mark_ended(app, task, lost.runs)
-        _give_up_or_retry(ctx, task, args, key=key, message=message, ledger=ledger,
-                          cause=lost.new[-1])  # fmt: skip
+        _give_up_or_retry(
+            ctx, task, args, key=key, message=message, ledger=ledger, cause=lost.new[-1]
+        )
     run = mark_run(app, task, lost)
     try:
         outcome = run_step(ctx, key, message)
@@ -127,18 +136,26 @@ def run_step_task(ctx: StepContext, task: Any, args: Sequence[Any], kwargs: dict
     except (WorkflowStepError, SnapshotError, StoreError) as exc:
         cause = exc.__cause__ if isinstance(exc, WorkflowStepError) and exc.__cause__ else exc
         entry = _entry("action" if cause is not exc else "step", cause, message)
-        ledger = _count(ctx, task, args, key, message,
-                        change=lambda led: led.with_failure(entry), run=run)  # fmt: skip
+        ledger = _count(
+            ctx, task, args, key, message, change=lambda led: led.with_failure(entry), run=run
+        )
         mark_ended(app, task, run)
-        _give_up_or_retry(ctx, task, args, key=key, message=message, ledger=ledger,
-                          cause=cause, raised=exc)  # fmt: skip
+        _give_up_or_retry(
+            ctx, task, args, key=key, message=message, ledger=ledger, cause=cause, raised=exc
+        )
     return _result(outcome)
 
 
 def _count(
-    ctx: StepContext, task: Any, args: Sequence[Any], key: str, message: Message, *,
-    change: Any, run: int | None = None,
-) -> StepLedger:  # fmt: skip
+    ctx: StepContext,
+    task: Any,
+    args: Sequence[Any],
+    key: str,
+    message: Message,
+    *,
+    change: Any,
+    run: int | None = None,
+) -> StepLedger:
     """Apply ``change`` to the message's ledger in the store; an outage defers the run."""
     store_key = ctx.store_key(key)
     inbox = ctx.stores().inbox
@@ -152,8 +169,15 @@ def _count(
     return ledger
 
 
-def _defer(ctx: StepContext, task: Any, args: Sequence[Any], *, key: str, message: Message,
-           error: BaseException) -> NoReturn:  # fmt: skip
+def _defer(
+    ctx: StepContext,
+    task: Any,
+    args: Sequence[Any],
+    *,
+    key: str,
+    message: Message,
+    error: BaseException,
+) -> NoReturn:
     """Retry an outage or a busy key uncounted, until ``xsm_workflow_outage_max_s`` ran out."""
     request = task.request
     if getattr(request, "is_eager", False):
@@ -162,10 +186,22 @@ def _defer(ctx: StepContext, task: Any, args: Sequence[Any], *, key: str, messag
     waited = time.time() - _deferred_since(ctx.app, str(request.id))
     if waited > bound:
         chain = [_entry("store", error, message)]
-        _dead_letter(ctx, task, args, message, key, errors=chain, attempts=0,
-                     reason=DeadLetterReason.DEFERRED_TOO_LONG)  # fmt: skip
-        emit(FactKind.WORKFLOW_STEP_FAILED, workflow=ctx.name, outcome="dead_letter",
-             error=type(error).__name__)  # fmt: skip
+        _dead_letter(
+            ctx,
+            task,
+            args,
+            message,
+            key,
+            errors=chain,
+            attempts=0,
+            reason=DeadLetterReason.DEFERRED_TOO_LONG,
+        )
+        emit(
+            FactKind.WORKFLOW_STEP_FAILED,
+            workflow=ctx.name,
+            outcome="dead_letter",
+            error=type(error).__name__,
+        )
         raise DeferredTooLongError(
             f"workflow {ctx.name}[{key}]: the step met {type(error).__name__} for "
             f"{waited:.0f} s, over xsm_workflow_outage_max_s={bound:g}; its message is a "
@@ -174,10 +210,19 @@ def _defer(ctx: StepContext, task: Any, args: Sequence[Any], *, key: str, messag
         ) from error
     retries = int(getattr(request, "retries", 0) or 0)
     countdown = min(OUTAGE_RETRY_MAX_S, 0.05 * 2 ** min(retries, 8)) * (0.5 + random.random())
-    emit(FactKind.WORKFLOW_STEP_FAILED, workflow=ctx.name, outcome="deferred",
-         error=type(error).__name__)  # fmt: skip
-    logger.info("workflow %s[%s]: %s; step retried in %.2f s (uncounted)", ctx.name, key,
-                type(error).__name__, countdown)  # fmt: skip
+    emit(
+        FactKind.WORKFLOW_STEP_FAILED,
+        workflow=ctx.name,
+        outcome="deferred",
+        error=type(error).__name__,
+    )
+    logger.info(
+        "workflow %s[%s]: %s; step retried in %.2f s (uncounted)",
+        ctx.name,
+        key,
+        type(error).__name__,
+        countdown,
+    )
     raise task.retry(args=list(args), kwargs={}, countdown=countdown, exc=error) from error
 
 
@@ -199,9 +244,16 @@ def _deferred_since(app: Any, task_id: str) -> float:
 
 
 def _give_up_or_retry(
-    ctx: StepContext, task: Any, args: Sequence[Any], *, key: str, message: Message,
-    ledger: StepLedger, cause: BaseException, raised: BaseException | None = None,
-) -> NoReturn:  # fmt: skip
+    ctx: StepContext,
+    task: Any,
+    args: Sequence[Any],
+    *,
+    key: str,
+    message: Message,
+    ledger: StepLedger,
+    cause: BaseException,
+    raised: BaseException | None = None,
+) -> NoReturn:
     """Retry the step by the policy (failures and lost runs both count), or dead-letter it.
 
     ``raised`` is what the step raised (``cause`` is the action's error inside it); a lost
@@ -212,8 +264,12 @@ def _give_up_or_retry(
     error = raised if raised is not None else cause
     if counted < policy.max_attempts and policy.should_retry(cause):
         countdown = policy.delay_ms(counted) / 1000.0
-        emit(FactKind.WORKFLOW_STEP_FAILED, workflow=ctx.name, outcome="retry",
-             error=type(cause).__name__)  # fmt: skip
+        emit(
+            FactKind.WORKFLOW_STEP_FAILED,
+            workflow=ctx.name,
+            outcome="retry",
+            error=type(cause).__name__,
+        )
         raise task.retry(args=list(args), kwargs={}, countdown=countdown, exc=error) from error
     if isinstance(cause, TimeLimitKilled):
         reason = DeadLetterReason.TIME_LIMIT
@@ -223,10 +279,15 @@ def _give_up_or_retry(
         reason = DeadLetterReason.TASK_EXHAUSTED
     else:
         reason = DeadLetterReason.NON_RETRYABLE
-    _dead_letter(ctx, task, args, message, key, errors=list(ledger.errors),
-                 attempts=counted, reason=reason)  # fmt: skip
-    emit(FactKind.WORKFLOW_STEP_FAILED, workflow=ctx.name, outcome="dead_letter",
-         error=type(cause).__name__)  # fmt: skip
+    _dead_letter(
+        ctx, task, args, message, key, errors=list(ledger.errors), attempts=counted, reason=reason
+    )
+    emit(
+        FactKind.WORKFLOW_STEP_FAILED,
+        workflow=ctx.name,
+        outcome="dead_letter",
+        error=type(cause).__name__,
+    )
     raise error
 
 
@@ -256,9 +317,16 @@ def _entry(source: str, error: BaseException, message: Message | None = None) ->
 
 
 def _dead_letter(
-    ctx: StepContext, task: Any, args: Sequence[Any], message: Message | None, key: str, *,
-    errors: list[dict[str, str]], attempts: int, reason: DeadLetterReason,
-) -> None:  # fmt: skip
+    ctx: StepContext,
+    task: Any,
+    args: Sequence[Any],
+    message: Message | None,
+    key: str,
+    *,
+    errors: list[dict[str, str]],
+    attempts: int,
+    reason: DeadLetterReason,
+) -> None:
     """Write the step's dead letter through the spool: a store outage keeps it on local disk.
 
     Its id is one per task run (``dead_letter_id``), so a worker killed during the write
@@ -278,8 +346,11 @@ def _dead_letter(
             snapshot = json.loads(record.snapshot)
             state_id = ",".join(snapshot.get("state_ids") or [])
     machine = ctx.machine
-    event = {"type": message.type or message.kind, "payload": dict(message.payload)} if message \
-        else {"type": "", "payload": {}}  # fmt: skip
+    event = (
+        {"type": message.type or message.kind, "payload": dict(message.payload)}
+        if message
+        else {"type": "", "payload": {}}
+    )
     letter = DeadLetter(
         id=dead_letter_id(str(task.request.id), attempts),
         machine_id=str(machine.id),

@@ -38,7 +38,7 @@ def celery_app() -> Any:
             from celery import current_app
         except ImportError as exc:
             raise ConfigurationError(
-                "replaying task dead letters needs Celery: pip install \"xsm-celery[celery]\""
+                'replaying task dead letters needs Celery: pip install "xsm-celery[celery]"'
             ) from exc
         app = getattr(current_app, "_get_current_object", lambda: current_app)()
     if not hasattr(app, "send_task"):

@@ -45,7 +45,6 @@ ACTION_PERMISSIONS = {
 }
 
 
-
 #: Characters of an id the admin's list shows (the random tail of a UUIDv7-style id).
 SHORT_ID_CHARS = 12
 
@@ -53,6 +52,7 @@ SHORT_ID_CHARS = 12
 def short_id(record_id: str) -> str:
     """The part of a record id that tells records apart: its random tail."""
     return record_id[-SHORT_ID_CHARS:]
+
 
 class ReasonFilter(admin.SimpleListFilter):
     """Every reason the library writes, read from ``DeadLetterReason`` when the page is drawn.
@@ -91,8 +91,16 @@ class ResolvedFilter(admin.SimpleListFilter):
 class DeadLetterRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """Triage of dead letters (see the module docstring for permissions)."""
 
-    list_display = ("short_id", "task_or_machine", "workflow_instance", "reason_label",
-                    "attempts", "last_error_short", "age", "resolved")
+    list_display = (
+        "short_id",
+        "task_or_machine",
+        "workflow_instance",
+        "reason_label",
+        "attempts",
+        "last_error_short",
+        "age",
+        "resolved",
+    )
     list_display_links = ("short_id",)
     list_filter = (ReasonFilter, "task_name", "machine_id", ResolvedFilter, "taken_on")
     search_fields = ("id", "task_id", "subject", "error_text")
@@ -102,8 +110,20 @@ class DeadLetterRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     readonly_fields = ("workflow_instance",)
     change_form_template = "admin/xsm_celery/deadletterrecord/change_form.html"
     fieldsets = (
-        (None, {"fields": ("id", "reason", "machine_id", "state_id", "attempts", "taken_on",
-                           "resolved_on")}),
+        (
+            None,
+            {
+                "fields": (
+                    "id",
+                    "reason",
+                    "machine_id",
+                    "state_id",
+                    "attempts",
+                    "taken_on",
+                    "resolved_on",
+                )
+            },
+        ),
         (_("Task"), {"fields": ("task_name", "task_id", "workflow_instance", "hostname")}),
         (_("Envelope"), {"fields": ("topic", "subject"), "classes": ("collapse",)}),
         (_("Chart"), {"fields": ("machine_hash", "machine_version")}),
@@ -194,10 +214,16 @@ class DeadLetterRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             path("bulk-replay/", act(views.bulk_replay_view), name=f"{name}_bulk_replay"),
             path("bulk/<str:action>/", act(views.confirm_view), name=f"{name}_bulk"),
             path("<path:object_id>/replay/", act(views.replay_view), name=f"{name}_replay"),
-            path("<path:object_id>/resolve/", act(views.confirm_view, action="resolve"),
-                 name=f"{name}_resolve"),
-            path("<path:object_id>/purge/", act(views.confirm_view, action="purge"),
-                 name=f"{name}_purge"),
+            path(
+                "<path:object_id>/resolve/",
+                act(views.confirm_view, action="resolve"),
+                name=f"{name}_resolve",
+            ),
+            path(
+                "<path:object_id>/purge/",
+                act(views.confirm_view, action="purge"),
+                name=f"{name}_purge",
+            ),
         ]
         return urls + super().get_urls()
 
@@ -206,8 +232,9 @@ class DeadLetterRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         found.pop("delete_selected", None)
         return found
 
-    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-                        ) -> HttpResponse:
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         """The list; a posted action the user may not run is a 403, not a silent no-op."""
         if request.method == "POST":
             needed = ACTION_PERMISSIONS.get(request.POST.get("action", ""))
@@ -215,8 +242,13 @@ class DeadLetterRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 raise PermissionDenied
         return super().changelist_view(request, extra_context)
 
-    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
-                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
         """The read-only detail page, with the error chain, JSON, diagram and audit trail."""
         row = self.get_object(request, object_id)
         extra = dict(extra_context or {})
@@ -239,7 +271,8 @@ class DeadLetterRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "chart_changed": chart.changed_since(record),
             "diagram": diagram,
             "audit": AuditEntry.objects.using(row._state.db or "default")
-                     .filter(record_id=record.id).order_by("id"),
+            .filter(record_id=record.id)
+            .order_by("id"),
             "can_replay": self.has_replay_permission(request) and record.resolved_at is None,
             "can_resolve": self.has_resolve_permission(request) and record.resolved_at is None,
             "can_purge": self.has_purge_permission(request),
@@ -251,8 +284,11 @@ class DeadLetterRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         limit = self.bulk_replay_limit()
         rows = list(queryset.order_by("taken_at")[: limit + 1])
         if len(rows) > limit:
-            self.message_user(request, _("Select at most %d dead letters to replay at once; "
-                                         "narrow the filter.") % limit, messages.ERROR)
+            self.message_user(
+                request,
+                _("Select at most %d dead letters to replay at once; narrow the filter.") % limit,
+                messages.ERROR,
+            )
             return None
         return views.render_bulk_replay(self, request, rows)
 
@@ -264,14 +300,22 @@ class DeadLetterRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def purge_selected(self, request: HttpRequest, queryset: QuerySet[Any]) -> TemplateResponse:
         return self._confirm_many(request, "purge", queryset)
 
-    def _confirm_many(self, request: HttpRequest, action: str, queryset: QuerySet[Any]
-                      ) -> TemplateResponse:
+    def _confirm_many(
+        self, request: HttpRequest, action: str, queryset: QuerySet[Any]
+    ) -> TemplateResponse:
         from xsm_celery.django.admin.forms import ReasonForm
 
         opts = self.model._meta
-        context = {**self.admin_site.each_context(request), "opts": opts,
-                   "app_label": opts.app_label, "title": _("%s dead letters") % action.capitalize(),
-                   "action": action, "rows": list(queryset), "form": ReasonForm(), "single": False}
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": opts,
+            "app_label": opts.app_label,
+            "title": _("%s dead letters") % action.capitalize(),
+            "action": action,
+            "rows": list(queryset),
+            "form": ReasonForm(),
+            "single": False,
+        }
         return TemplateResponse(request, "admin/xsm_celery/deadletterrecord/confirm.html", context)
 
 

@@ -113,8 +113,9 @@ def _reset(request: HttpRequest) -> None:
         store, breakers = _fleet()
         key = find_key(store, name)
         outcome = reset_fleet(store, key, breakers)
-        audit_reset(DjangoDeadLetterStore(), key, actor=actor(request), reason=reason,
-                    outcome=outcome)  # fmt: skip
+        audit_reset(
+            DjangoDeadLetterStore(), key, actor=actor(request), reason=reason, outcome=outcome
+        )
     except XsmError as exc:
         messages.error(request, str(exc))
         return

@@ -42,9 +42,7 @@ class ReplayForm(ReasonForm):
     force = forms.BooleanField(
         label=_("Force"),
         required=False,
-        help_text=_(
-            "Replay even though the chart changed since the dead letter was captured."
-        ),
+        help_text=_("Replay even though the chart changed since the dead letter was captured."),
     )
 
 

@@ -52,11 +52,15 @@ class SendEventForm(ReasonForm):
 
     event = forms.ChoiceField(label=_("Event"), help_text=_("Events the current state accepts."))
     payload = PayloadField(
-        label=_("Payload"), required=False, initial=dict,
+        label=_("Payload"),
+        required=False,
+        initial=dict,
         widget=forms.Textarea(attrs={"rows": 3, "cols": 70}),
-        help_text=_('A JSON object, for example {"total": 99}; empty for none. Every key, '
-                    '"event_id" too, is data the event carries.'),
-    )  # fmt: skip
+        help_text=_(
+            'A JSON object, for example {"total": 99}; empty for none. Every key, '
+            '"event_id" too, is data the event carries.'
+        ),
+    )
     version = forms.IntegerField(widget=forms.HiddenInput, required=False, label="")
     send_id = forms.CharField(widget=forms.HiddenInput, required=False, label="")
 
@@ -131,11 +135,18 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         wrap = self.admin_site.admin_view
         name = f"{self.model._meta.app_label}_{self.model._meta.model_name}"
         view = wrap(self.send_event_view)
-        return [path("<path:object_id>/send-event/", view, name=f"{name}_send_event"),
-                *super().get_urls()]  # fmt: skip
+        return [
+            path("<path:object_id>/send-event/", view, name=f"{name}_send_event"),
+            *super().get_urls(),
+        ]
 
-    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
-                    extra_context: dict[str, Any] | None = None) -> HttpResponse:  # fmt: skip
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
         """The read-only detail page with diagram, context, timers, outbox and transitions."""
         row = self.get_object(request, object_id)
         extra = dict(extra_context or {})
@@ -161,14 +172,17 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "diagram": diagram,
             "context": redact(view.context, _redact_keys()) if view is not None else {},
             "outbox": OutboxMessage.objects.using(using)
-            .filter(Q(subject=row.store_key) | Q(subject=row.key)).order_by("-seq")[:50],
+            .filter(Q(subject=row.store_key) | Q(subject=row.key))
+            .order_by("-seq")[:50],
             "transitions": WorkflowTransition.objects.using(using)
-            .filter(workflow=row.workflow, key=row.key).order_by("-id")[:50],
-            "audit": AuditEntry.objects.using(using).filter(record_id=_audit_id(row))
+            .filter(workflow=row.workflow, key=row.key)
+            .order_by("-id")[:50],
+            "audit": AuditEntry.objects.using(using)
+            .filter(record_id=_audit_id(row))
             .order_by("id"),
             "events": events,
             "can_send": self.has_send_permission(request) and bool(events),
-        }  # fmt: skip
+        }
 
     def send_event_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """Choose an event, see its dry run, then send it with a reason (audited)."""
@@ -179,8 +193,11 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             raise Http404(f"no workflow instance {object_id}")
         flow, view = _instance(row)
         if flow is None or view is None:
-            messages.error(request, _("This process does not know workflow %s; import the "
-                                      "Celery app that declares it.") % row.workflow)
+            messages.error(
+                request,
+                _("This process does not know workflow %s; import the Celery app that declares it.")
+                % row.workflow,
+            )
             return HttpResponseRedirect(self._change_url(row))
         events = flow.accepted_events(row.key)
         # The version is only filled in by a dry run: "Send now" needs one of the current state.
@@ -192,27 +209,60 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             stale = form.cleaned_data.get("version") != view.version
             send_id = form.cleaned_data["send_id"] or new_id()
             if "confirm" in request.POST and not stale:
-                return self._send(request, row, flow, event=event, payload=payload,
-                                  reason=form.cleaned_data["reason"], send_id=send_id)  # fmt: skip
+                return self._send(
+                    request,
+                    row,
+                    flow,
+                    event=event,
+                    payload=payload,
+                    reason=form.cleaned_data["reason"],
+                    send_id=send_id,
+                )
             plan = dry_run(flow, view, event)
-            self._audit(request, row, f"{SEND_EVENT_ACTION}_dry_run", form.cleaned_data["reason"],
-                        f"would send {event}: " + "; ".join(plan))  # fmt: skip
+            self._audit(
+                request,
+                row,
+                f"{SEND_EVENT_ACTION}_dry_run",
+                form.cleaned_data["reason"],
+                f"would send {event}: " + "; ".join(plan),
+            )
             form = SendEventForm(
                 {**request.POST.dict(), "version": view.version, "send_id": send_id},
                 events=events,
             )
             form.is_valid()
             if stale:
-                messages.warning(request, _("The instance moved on since your dry run; check "
-                                            "the new plan before sending."))  # fmt: skip
+                messages.warning(
+                    request,
+                    _(
+                        "The instance moved on since your dry run; check "
+                        "the new plan before sending."
+                    ),
+                )
         opts = self.model._meta
-        context = {**self.admin_site.each_context(request), "opts": opts, "original": row,
-                   "app_label": opts.app_label, "title": _("Send an event to %s") % row.key,
-                   "form": form, "plan": plan, "view": view}  # fmt: skip
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": opts,
+            "original": row,
+            "app_label": opts.app_label,
+            "title": _("Send an event to %s") % row.key,
+            "form": form,
+            "plan": plan,
+            "view": view,
+        }
         return TemplateResponse(request, f"{_TEMPLATES}/send_event.html", context)
 
-    def _send(self, request: HttpRequest, row: WorkflowInstance, flow: Any, *, event: str,
-              payload: dict[str, Any], reason: str, send_id: str) -> HttpResponse:  # fmt: skip
+    def _send(
+        self,
+        request: HttpRequest,
+        row: WorkflowInstance,
+        flow: Any,
+        *,
+        event: str,
+        payload: dict[str, Any],
+        reason: str,
+        send_id: str,
+    ) -> HttpResponse:
         """Run the step in this process; the payload travels whole as the event's data."""
         from xsm_celery.celery.workflow.step import Message
 
@@ -223,13 +273,16 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         except Exception as exc:
             outcome = f"failed: {type(exc).__name__}: {exc}"
             self._audit(request, row, SEND_EVENT_ACTION, reason, outcome)
-            messages.error(request, _("Sending %(event)s failed: %(error)s")
-                           % {"event": event, "error": exc})  # fmt: skip
+            messages.error(
+                request, _("Sending %(event)s failed: %(error)s") % {"event": event, "error": exc}
+            )
             return HttpResponseRedirect(self._change_url(row))
         states = ", ".join(sorted(after.state_ids)) if after is not None else "?"
         if step.outcome == "duplicate":
-            outcome = (f"duplicate: {event} with id {send_id} was already applied (this form "
-                       f"was submitted before); nothing changed, still in {states}")  # fmt: skip
+            outcome = (
+                f"duplicate: {event} with id {send_id} was already applied (this form "
+                f"was submitted before); nothing changed, still in {states}"
+            )
             self._audit(request, row, SEND_EVENT_DUPLICATE, reason, outcome)
             messages.warning(request, outcome)
             return HttpResponseRedirect(self._change_url(row))
@@ -238,8 +291,9 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         messages.success(request, outcome)
         return HttpResponseRedirect(self._change_url(row))
 
-    def _audit(self, request: HttpRequest, row: WorkflowInstance, action: str, reason: str,
-               outcome: str) -> None:  # fmt: skip
+    def _audit(
+        self, request: HttpRequest, row: WorkflowInstance, action: str, reason: str, outcome: str
+    ) -> None:
         import time
 
         from xsm_celery.django.models import AuditEntry
@@ -247,15 +301,22 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
         now = time.time()
         AuditEntry.objects.using(row._state.db or "default").create(
-            record_id=_audit_id(row), action=action,
+            record_id=_audit_id(row),
+            action=action,
             actor=str(request.user.get_username()) or "anonymous",
-            reason=reason, outcome=outcome[:2000], at=now, created=to_datetime(now),
-        )  # fmt: skip
+            reason=reason,
+            outcome=outcome[:2000],
+            at=now,
+            created=to_datetime(now),
+        )
 
     def _change_url(self, row: WorkflowInstance) -> str:
         opts = self.model._meta
-        return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[row.pk],
-                       current_app=self.admin_site.name)  # fmt: skip
+        return reverse(
+            f"admin:{opts.app_label}_{opts.model_name}_change",
+            args=[row.pk],
+            current_app=self.admin_site.name,
+        )
 
 
 def _instance(row: WorkflowInstance) -> tuple[Any, Any]:

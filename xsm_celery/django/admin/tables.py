@@ -82,8 +82,12 @@ class OutboxStatusFilter(admin.SimpleListFilter):
     parameter_name = "status"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
-        return [("pending", _("Pending")), ("leased", _("Under lease")), ("sent", _("Sent")),
-                ("failed", _("Failed"))]
+        return [
+            ("pending", _("Pending")),
+            ("leased", _("Under lease")),
+            ("sent", _("Sent")),
+            ("failed", _("Failed")),
+        ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         pending = queryset.filter(sent_at__isnull=True, failed_at__isnull=True)
@@ -102,8 +106,17 @@ class OutboxStatusFilter(admin.SimpleListFilter):
 class OutboxMessageAdmin(ReadOnlyAdmin):
     """Outbox rows, with the backlog figures the seed's operations table alerts on."""
 
-    list_display = ("seq", "event_type", "topic", "subject", "status", "attempts", "age",
-                    "claimed_by", "lease_left")
+    list_display = (
+        "seq",
+        "event_type",
+        "topic",
+        "subject",
+        "status",
+        "attempts",
+        "age",
+        "claimed_by",
+        "lease_left",
+    )
     list_filter = (OutboxStatusFilter, "topic")
     search_fields = ("envelope_id", "subject", "event_type")
     readonly_fields = ("envelope_json",)
@@ -139,11 +152,17 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
         done = [seq for seq in failed.values_list("seq", flat=True) if store.requeue(seq)]
         now, actor = time.time(), str(request.user.get_username()) or "anonymous"
         AuditEntry.objects.using(queryset.db).bulk_create(
-            AuditEntry(record_id=f"outbox:{seq}", action=REQUEUE_OUTBOX_ACTION, actor=actor,
-                       reason="requeued from the admin", outcome="pending again, attempts 0",
-                       at=now, created=to_datetime(now))
+            AuditEntry(
+                record_id=f"outbox:{seq}",
+                action=REQUEUE_OUTBOX_ACTION,
+                actor=actor,
+                reason="requeued from the admin",
+                outcome="pending again, attempts 0",
+                at=now,
+                created=to_datetime(now),
+            )
             for seq in done
-        )  # fmt: skip
+        )
         level = messages.SUCCESS if done else messages.WARNING
         self.message_user(request, _("%(n)d failed row(s) requeued.") % {"n": len(done)}, level)
 
@@ -162,8 +181,9 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
     def envelope_json(self, obj: OutboxMessage) -> SafeString:
         return _pre_json(obj.envelope)
 
-    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-                        ) -> HttpResponse:
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         """The list, headed by pending and sent counts, oldest pending age and leased rows."""
         extra = dict(extra_context or {})
         extra["outbox_stats"] = outbox_stats(self.get_queryset(request))

@@ -40,6 +40,7 @@ class TriageAdmin(Protocol):
     def has_resolve_permission(self, request: HttpRequest) -> bool: ...
     def has_purge_permission(self, request: HttpRequest) -> bool: ...
 
+
 __all__ = ["bulk_replay_view", "confirm_view", "render_bulk_replay", "replay_view"]
 
 _TEMPLATES = "admin/xsm_celery/deadletterrecord"
@@ -57,20 +58,28 @@ def operations_for(admin: TriageAdmin) -> DeadLetterOperations:
 
 def _context(admin: TriageAdmin, request: HttpRequest, **extra: Any) -> dict[str, Any]:
     opts = admin.model._meta
-    return {**admin.admin_site.each_context(request), "opts": opts, "app_label": opts.app_label,
-            **extra}
+    return {
+        **admin.admin_site.each_context(request),
+        "opts": opts,
+        "app_label": opts.app_label,
+        **extra,
+    }
 
 
 def _change_url(admin: TriageAdmin, record_id: str) -> str:
     opts = admin.model._meta
-    return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[record_id],
-                   current_app=admin.admin_site.name)
+    return reverse(
+        f"admin:{opts.app_label}_{opts.model_name}_change",
+        args=[record_id],
+        current_app=admin.admin_site.name,
+    )
 
 
 def _changelist_url(admin: TriageAdmin) -> str:
     opts = admin.model._meta
-    return reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist",
-                   current_app=admin.admin_site.name)
+    return reverse(
+        f"admin:{opts.app_label}_{opts.model_name}_changelist", current_app=admin.admin_site.name
+    )
 
 
 def replay_view(admin: TriageAdmin, request: HttpRequest, object_id: str) -> HttpResponse:
@@ -83,13 +92,18 @@ def replay_view(admin: TriageAdmin, request: HttpRequest, object_id: str) -> Htt
     ops = operations_for(admin)
     form = ReplayForm(request.POST or None, for_task=bool(row.task_name))
     if request.method == "POST" and form.is_valid():
-        outcome = ops.replay(row.pk, actor=actor(request), reason=form.cleaned_data["reason"],
-                             force=bool(form.cleaned_data.get("force")))
+        outcome = ops.replay(
+            row.pk,
+            actor=actor(request),
+            reason=form.cleaned_data["reason"],
+            force=bool(form.cleaned_data.get("force")),
+        )
         _report(request, outcome)
         return HttpResponseRedirect(_change_url(admin, row.pk))
     plan = ops.plan(row_to_record(row))
-    context = _context(admin, request, title=_("Replay dead letter"), original=row,
-                       plan=plan, form=form)
+    context = _context(
+        admin, request, title=_("Replay dead letter"), original=row, plan=plan, form=form
+    )
     return TemplateResponse(request, f"{_TEMPLATES}/replay.html", context)
 
 
@@ -97,8 +111,11 @@ def _report(request: HttpRequest, outcome: ReplayOutcome) -> None:
     if outcome.ok:
         messages.success(request, _("Replayed: %(detail)s") % {"detail": outcome.detail})
     else:
-        messages.error(request, _("Replay %(status)s: %(detail)s")
-                       % {"status": outcome.status, "detail": outcome.detail})
+        messages.error(
+            request,
+            _("Replay %(status)s: %(detail)s")
+            % {"status": outcome.status, "detail": outcome.detail},
+        )
 
 
 def confirm_view(
@@ -118,25 +135,43 @@ def confirm_view(
     if form.is_valid():
         ops = operations_for(admin)
         act = ops.resolve if action == "resolve" else ops.purge
-        done = sum(act(row.pk, actor=actor(request), reason=form.cleaned_data["reason"])
-                   for row in rows)
-        messages.success(request, _("%(action)s: %(done)d of %(total)d dead letter(s).")
-                         % {"action": action.capitalize(), "done": done, "total": len(rows)})
+        done = sum(
+            act(row.pk, actor=actor(request), reason=form.cleaned_data["reason"]) for row in rows
+        )
+        messages.success(
+            request,
+            _("%(action)s: %(done)d of %(total)d dead letter(s).")
+            % {"action": action.capitalize(), "done": done, "total": len(rows)},
+        )
         if action == "resolve" and object_id:
             return HttpResponseRedirect(_change_url(admin, object_id))
         return HttpResponseRedirect(_changelist_url(admin))
-    context = _context(admin, request, title=_("%s dead letters") % action.capitalize(),
-                       action=action, rows=rows, form=form, single=bool(object_id))
+    context = _context(
+        admin,
+        request,
+        title=_("%s dead letters") % action.capitalize(),
+        action=action,
+        rows=rows,
+        form=form,
+        single=bool(object_id),
+    )
     return TemplateResponse(request, f"{_TEMPLATES}/confirm.html", context)
 
 
-def render_bulk_replay(admin: TriageAdmin, request: HttpRequest, rows: list[Any],
-                       form: ReplayForm | None = None) -> HttpResponse:
+def render_bulk_replay(
+    admin: TriageAdmin, request: HttpRequest, rows: list[Any], form: ReplayForm | None = None
+) -> HttpResponse:
     """The bulk replay page for the selected rows: each record's dry run, then the form."""
     ops = operations_for(admin)
     plans = [ops.plan(row_to_record(row)) for row in rows]
-    context = _context(admin, request, title=_("Replay %d dead letters") % len(rows),
-                       plans=plans, form=form or ReplayForm(), results=None)
+    context = _context(
+        admin,
+        request,
+        title=_("Replay %d dead letters") % len(rows),
+        plans=plans,
+        form=form or ReplayForm(),
+        results=None,
+    )
     return TemplateResponse(request, f"{_TEMPLATES}/bulk_replay.html", context)
 
 
@@ -151,21 +186,41 @@ def bulk_replay_view(admin: TriageAdmin, request: HttpRequest) -> HttpResponse:
     form = ReplayForm(request.POST)
     if not ids or len(ids) > limit or not form.is_valid():
         if request.POST.get("format") == "json":
-            return JsonResponse({"error": _("a reason (and at most %d ids) is needed") % limit},
-                                status=400)
+            return JsonResponse(
+                {"error": _("a reason (and at most %d ids) is needed") % limit}, status=400
+            )
         rows = list(admin.get_queryset(request).filter(pk__in=ids)[:limit])
         return render_bulk_replay(admin, request, rows, form)
     ops = operations_for(admin)
-    outcomes = [ops.replay(record_id, actor=actor(request), reason=form.cleaned_data["reason"],
-                           force=form.cleaned_data["force"]) for record_id in ids]
+    outcomes = [
+        ops.replay(
+            record_id,
+            actor=actor(request),
+            reason=form.cleaned_data["reason"],
+            force=form.cleaned_data["force"],
+        )
+        for record_id in ids
+    ]
     if request.POST.get("format") == "json":
         return JsonResponse({"results": [_outcome_json(o) for o in outcomes]})
     summary = sorted(Counter(o.status for o in outcomes).items())
-    context = _context(admin, request, title=_("Bulk replay: summary"), plans=[], form=None,
-                       results=outcomes, summary=summary)
+    context = _context(
+        admin,
+        request,
+        title=_("Bulk replay: summary"),
+        plans=[],
+        form=None,
+        results=outcomes,
+        summary=summary,
+    )
     return TemplateResponse(request, f"{_TEMPLATES}/bulk_replay.html", context)
 
 
 def _outcome_json(outcome: ReplayOutcome) -> dict[str, Any]:
-    return {"record_id": outcome.record_id, "status": outcome.status, "ok": outcome.ok,
-            "detail": outcome.detail, "task_id": outcome.task_id}
+    return {
+        "record_id": outcome.record_id,
+        "status": outcome.status,
+        "ok": outcome.ok,
+        "detail": outcome.detail,
+        "task_id": outcome.task_id,
+    }

@@ -8,8 +8,13 @@ from collections.abc import Callable
 __all__ = ["repeat"]
 
 
-def repeat(work: Callable[[], None], *, runs: int, interval_s: float,
-           sleep: Callable[[float], None] = time.sleep) -> int:
+def repeat(
+    work: Callable[[], None],
+    *,
+    runs: int,
+    interval_s: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
     """Call ``work`` ``runs`` times (forever when 0), sleeping ``interval_s`` between calls.
 
     Returns how many times it ran; Ctrl-C ends a forever loop cleanly.

@@ -5,136 +5,632 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='AuditEntry',
+            name="AuditEntry",
             fields=[
-                ('id', models.BigAutoField(help_text='Increasing entry number; the trail reads in this order.', primary_key=True, serialize=False, verbose_name='entry')),
-                ('record_id', models.CharField(db_index=True, help_text='Id of the dead letter acted on (kept after the record is purged).', max_length=64, verbose_name='record id')),
-                ('action', models.CharField(help_text='replay, dry_run, resolve or purge (other tools may add their own).', max_length=32, verbose_name='action')),
-                ('actor', models.CharField(help_text='User name (or tool) that acted.', max_length=150, verbose_name='who')),
-                ('reason', models.TextField(blank=True, default='', help_text='Why the operator acted, as they wrote it.', verbose_name='reason')),
-                ('outcome', models.TextField(blank=True, default='', help_text='What happened: sent task id, refused with why, purged, ...', verbose_name='outcome')),
-                ('at', models.FloatField(help_text='When the action happened, in epoch seconds (exact).', verbose_name='at (epoch s)')),
-                ('created', models.DateTimeField(db_index=True, help_text='When the action happened, as a date.', verbose_name='when')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        help_text="Increasing entry number; the trail reads in this order.",
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="entry",
+                    ),
+                ),
+                (
+                    "record_id",
+                    models.CharField(
+                        db_index=True,
+                        help_text="Id of the dead letter acted on (kept after the record is purged).",
+                        max_length=64,
+                        verbose_name="record id",
+                    ),
+                ),
+                (
+                    "action",
+                    models.CharField(
+                        help_text="replay, dry_run, resolve or purge (other tools may add their own).",
+                        max_length=32,
+                        verbose_name="action",
+                    ),
+                ),
+                (
+                    "actor",
+                    models.CharField(
+                        help_text="User name (or tool) that acted.",
+                        max_length=150,
+                        verbose_name="who",
+                    ),
+                ),
+                (
+                    "reason",
+                    models.TextField(
+                        blank=True,
+                        default="",
+                        help_text="Why the operator acted, as they wrote it.",
+                        verbose_name="reason",
+                    ),
+                ),
+                (
+                    "outcome",
+                    models.TextField(
+                        blank=True,
+                        default="",
+                        help_text="What happened: sent task id, refused with why, purged, ...",
+                        verbose_name="outcome",
+                    ),
+                ),
+                (
+                    "at",
+                    models.FloatField(
+                        help_text="When the action happened, in epoch seconds (exact).",
+                        verbose_name="at (epoch s)",
+                    ),
+                ),
+                (
+                    "created",
+                    models.DateTimeField(
+                        db_index=True,
+                        help_text="When the action happened, as a date.",
+                        verbose_name="when",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'dead-letter audit entry',
-                'verbose_name_plural': 'dead-letter audit trail',
-                'ordering': ('id',),
+                "verbose_name": "dead-letter audit entry",
+                "verbose_name_plural": "dead-letter audit trail",
+                "ordering": ("id",),
             },
         ),
         migrations.CreateModel(
-            name='DeadLetterRecord',
+            name="DeadLetterRecord",
             fields=[
-                ('id', models.CharField(help_text='Sortable record id (UUIDv7 style); newer records sort later.', max_length=64, primary_key=True, serialize=False, verbose_name='id')),
-                ('machine_id', models.CharField(db_index=True, help_text='Id of the chart whose run gave up.', max_length=200, verbose_name='machine')),
-                ('state_id', models.CharField(help_text='Full dotted id of the state the machine was in when it gave up.', max_length=300, verbose_name='state')),
-                ('event', models.JSONField(blank=True, default=dict, help_text='The event being handled: {type, payload}.', verbose_name='event')),
-                ('attempts', models.PositiveIntegerField(blank=True, help_text='Attempts made before giving up; empty when not counted.', null=True, verbose_name='attempts')),
-                ('errors', models.JSONField(blank=True, default=list, help_text='Failures oldest first, each {source, name, type, message}.', verbose_name='error chain')),
-                ('snapshot', models.JSONField(blank=True, default=dict, help_text='Redacted machine snapshot at the moment it gave up.', verbose_name='snapshot')),
-                ('taken_at', models.FloatField(db_index=True, help_text='When the record was written, in epoch seconds (exact).', verbose_name='taken at (epoch s)')),
-                ('taken_on', models.DateTimeField(db_index=True, help_text='When the record was written, as a date for filters and the hierarchy.', verbose_name='taken on')),
-                ('reason', models.CharField(db_index=True, help_text='Why the work was dead-lettered (dead_letter_state, max_attempts, ...).', max_length=32, verbose_name='reason')),
-                ('envelope', models.JSONField(blank=True, help_text='The redacted CloudEvents envelope, for envelope dead letters.', null=True, verbose_name='envelope')),
-                ('topic', models.CharField(blank=True, help_text='Topic the envelope came from, for envelope dead letters.', max_length=255, null=True, verbose_name='topic')),
-                ('subject', models.CharField(blank=True, db_index=True, help_text='The envelope subject (the instance key), copied for search.', max_length=255, null=True, verbose_name='subject')),
-                ('machine_hash', models.CharField(blank=True, help_text='Structure hash of the chart; replay is refused when it has changed.', max_length=128, null=True, verbose_name='chart hash')),
-                ('machine_version', models.CharField(blank=True, help_text="The chart's version key, if it declares one.", max_length=64, null=True, verbose_name='chart version')),
-                ('resolved_at', models.FloatField(blank=True, db_index=True, help_text='When an operator resolved or replayed it; empty while open.', null=True, verbose_name='resolved at (epoch s)')),
-                ('task_name', models.CharField(blank=True, db_index=True, help_text='Celery task name, for task dead letters.', max_length=255, null=True, verbose_name='task')),
-                ('task_id', models.CharField(blank=True, db_index=True, help_text='Celery task id of the run that gave up.', max_length=255, null=True, verbose_name='task id')),
-                ('task_args', models.JSONField(blank=True, help_text='Redacted positional arguments of the task.', null=True, verbose_name='task args')),
-                ('task_kwargs', models.JSONField(blank=True, help_text='Redacted keyword arguments of the task.', null=True, verbose_name='task kwargs')),
-                ('hostname', models.CharField(blank=True, help_text='Hostname of the worker that ran the last attempt.', max_length=255, null=True, verbose_name='worker')),
-                ('last_error', models.CharField(blank=True, default='', help_text="'Type: message' of the newest error, shown in the list.", max_length=500, verbose_name='last error')),
-                ('error_text', models.TextField(blank=True, default='', help_text='Every error of the chain as text, for search.', verbose_name='error text')),
+                (
+                    "id",
+                    models.CharField(
+                        help_text="Sortable record id (UUIDv7 style); newer records sort later.",
+                        max_length=64,
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="id",
+                    ),
+                ),
+                (
+                    "machine_id",
+                    models.CharField(
+                        db_index=True,
+                        help_text="Id of the chart whose run gave up.",
+                        max_length=200,
+                        verbose_name="machine",
+                    ),
+                ),
+                (
+                    "state_id",
+                    models.CharField(
+                        help_text="Full dotted id of the state the machine was in when it gave up.",
+                        max_length=300,
+                        verbose_name="state",
+                    ),
+                ),
+                (
+                    "event",
+                    models.JSONField(
+                        blank=True,
+                        default=dict,
+                        help_text="The event being handled: {type, payload}.",
+                        verbose_name="event",
+                    ),
+                ),
+                (
+                    "attempts",
+                    models.PositiveIntegerField(
+                        blank=True,
+                        help_text="Attempts made before giving up; empty when not counted.",
+                        null=True,
+                        verbose_name="attempts",
+                    ),
+                ),
+                (
+                    "errors",
+                    models.JSONField(
+                        blank=True,
+                        default=list,
+                        help_text="Failures oldest first, each {source, name, type, message}.",
+                        verbose_name="error chain",
+                    ),
+                ),
+                (
+                    "snapshot",
+                    models.JSONField(
+                        blank=True,
+                        default=dict,
+                        help_text="Redacted machine snapshot at the moment it gave up.",
+                        verbose_name="snapshot",
+                    ),
+                ),
+                (
+                    "taken_at",
+                    models.FloatField(
+                        db_index=True,
+                        help_text="When the record was written, in epoch seconds (exact).",
+                        verbose_name="taken at (epoch s)",
+                    ),
+                ),
+                (
+                    "taken_on",
+                    models.DateTimeField(
+                        db_index=True,
+                        help_text="When the record was written, as a date for filters and the hierarchy.",
+                        verbose_name="taken on",
+                    ),
+                ),
+                (
+                    "reason",
+                    models.CharField(
+                        db_index=True,
+                        help_text="Why the work was dead-lettered (dead_letter_state, max_attempts, ...).",
+                        max_length=32,
+                        verbose_name="reason",
+                    ),
+                ),
+                (
+                    "envelope",
+                    models.JSONField(
+                        blank=True,
+                        help_text="The redacted CloudEvents envelope, for envelope dead letters.",
+                        null=True,
+                        verbose_name="envelope",
+                    ),
+                ),
+                (
+                    "topic",
+                    models.CharField(
+                        blank=True,
+                        help_text="Topic the envelope came from, for envelope dead letters.",
+                        max_length=255,
+                        null=True,
+                        verbose_name="topic",
+                    ),
+                ),
+                (
+                    "subject",
+                    models.CharField(
+                        blank=True,
+                        db_index=True,
+                        help_text="The envelope subject (the instance key), copied for search.",
+                        max_length=255,
+                        null=True,
+                        verbose_name="subject",
+                    ),
+                ),
+                (
+                    "machine_hash",
+                    models.CharField(
+                        blank=True,
+                        help_text="Structure hash of the chart; replay is refused when it has changed.",
+                        max_length=128,
+                        null=True,
+                        verbose_name="chart hash",
+                    ),
+                ),
+                (
+                    "machine_version",
+                    models.CharField(
+                        blank=True,
+                        help_text="The chart's version key, if it declares one.",
+                        max_length=64,
+                        null=True,
+                        verbose_name="chart version",
+                    ),
+                ),
+                (
+                    "resolved_at",
+                    models.FloatField(
+                        blank=True,
+                        db_index=True,
+                        help_text="When an operator resolved or replayed it; empty while open.",
+                        null=True,
+                        verbose_name="resolved at (epoch s)",
+                    ),
+                ),
+                (
+                    "task_name",
+                    models.CharField(
+                        blank=True,
+                        db_index=True,
+                        help_text="Celery task name, for task dead letters.",
+                        max_length=255,
+                        null=True,
+                        verbose_name="task",
+                    ),
+                ),
+                (
+                    "task_id",
+                    models.CharField(
+                        blank=True,
+                        db_index=True,
+                        help_text="Celery task id of the run that gave up.",
+                        max_length=255,
+                        null=True,
+                        verbose_name="task id",
+                    ),
+                ),
+                (
+                    "task_args",
+                    models.JSONField(
+                        blank=True,
+                        help_text="Redacted positional arguments of the task.",
+                        null=True,
+                        verbose_name="task args",
+                    ),
+                ),
+                (
+                    "task_kwargs",
+                    models.JSONField(
+                        blank=True,
+                        help_text="Redacted keyword arguments of the task.",
+                        null=True,
+                        verbose_name="task kwargs",
+                    ),
+                ),
+                (
+                    "hostname",
+                    models.CharField(
+                        blank=True,
+                        help_text="Hostname of the worker that ran the last attempt.",
+                        max_length=255,
+                        null=True,
+                        verbose_name="worker",
+                    ),
+                ),
+                (
+                    "last_error",
+                    models.CharField(
+                        blank=True,
+                        default="",
+                        help_text="'Type: message' of the newest error, shown in the list.",
+                        max_length=500,
+                        verbose_name="last error",
+                    ),
+                ),
+                (
+                    "error_text",
+                    models.TextField(
+                        blank=True,
+                        default="",
+                        help_text="Every error of the chain as text, for search.",
+                        verbose_name="error text",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'dead letter',
-                'verbose_name_plural': 'dead letters',
-                'ordering': ('-taken_at', '-id'),
-                'permissions': (('replay_deadletterrecord', 'Can replay dead letters'), ('purge_deadletterrecord', 'Can purge dead letters')),
+                "verbose_name": "dead letter",
+                "verbose_name_plural": "dead letters",
+                "ordering": ("-taken_at", "-id"),
+                "permissions": (
+                    ("replay_deadletterrecord", "Can replay dead letters"),
+                    ("purge_deadletterrecord", "Can purge dead letters"),
+                ),
             },
         ),
         migrations.CreateModel(
-            name='DurableTimer',
+            name="DurableTimer",
             fields=[
-                ('id', models.CharField(help_text='Sortable timer id.', max_length=64, primary_key=True, serialize=False, verbose_name='id')),
-                ('key', models.CharField(db_index=True, help_text='Key of the machine instance the timer belongs to.', max_length=255, verbose_name='instance key')),
-                ('due_at', models.FloatField(db_index=True, help_text='When the timer fires, in epoch seconds (wall clock).', verbose_name='due at (epoch s)')),
-                ('due', models.DateTimeField(help_text='When the timer fires, as a date.', verbose_name='due')),
-                ('payload', models.JSONField(blank=True, default=dict, help_text='What the scanner needs to fire it (event, task, arguments).', verbose_name='payload')),
-                ('claimed_by', models.CharField(blank=True, help_text='Scanner holding the lease on this timer, if any.', max_length=128, null=True, verbose_name='claimed by')),
-                ('claimed_until', models.FloatField(blank=True, help_text="When the scanner's lease runs out.", null=True, verbose_name='claimed until (epoch s)')),
+                (
+                    "id",
+                    models.CharField(
+                        help_text="Sortable timer id.",
+                        max_length=64,
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="id",
+                    ),
+                ),
+                (
+                    "key",
+                    models.CharField(
+                        db_index=True,
+                        help_text="Key of the machine instance the timer belongs to.",
+                        max_length=255,
+                        verbose_name="instance key",
+                    ),
+                ),
+                (
+                    "due_at",
+                    models.FloatField(
+                        db_index=True,
+                        help_text="When the timer fires, in epoch seconds (wall clock).",
+                        verbose_name="due at (epoch s)",
+                    ),
+                ),
+                (
+                    "due",
+                    models.DateTimeField(
+                        help_text="When the timer fires, as a date.", verbose_name="due"
+                    ),
+                ),
+                (
+                    "payload",
+                    models.JSONField(
+                        blank=True,
+                        default=dict,
+                        help_text="What the scanner needs to fire it (event, task, arguments).",
+                        verbose_name="payload",
+                    ),
+                ),
+                (
+                    "claimed_by",
+                    models.CharField(
+                        blank=True,
+                        help_text="Scanner holding the lease on this timer, if any.",
+                        max_length=128,
+                        null=True,
+                        verbose_name="claimed by",
+                    ),
+                ),
+                (
+                    "claimed_until",
+                    models.FloatField(
+                        blank=True,
+                        help_text="When the scanner's lease runs out.",
+                        null=True,
+                        verbose_name="claimed until (epoch s)",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'durable timer',
-                'verbose_name_plural': 'durable timers',
-                'ordering': ('due_at', 'id'),
+                "verbose_name": "durable timer",
+                "verbose_name_plural": "durable timers",
+                "ordering": ("due_at", "id"),
             },
         ),
         migrations.CreateModel(
-            name='MachineSnapshot',
+            name="MachineSnapshot",
             fields=[
-                ('id', models.BigAutoField(help_text='Row number; snapshots are found by key.', primary_key=True, serialize=False, verbose_name='row')),
-                ('key', models.CharField(help_text='Instance key (for the dispatcher, the envelope subject).', max_length=255, unique=True, verbose_name='key')),
-                ('snapshot', models.TextField(help_text='The machine snapshot as JSON, exactly as the engine wrote it.', verbose_name='snapshot')),
-                ('version', models.PositiveBigIntegerField(help_text='Grows by one per save; optimistic locking compares it.', verbose_name='version')),
-                ('machine_version', models.CharField(blank=True, default='', help_text='Version of the chart the snapshot was taken from.', max_length=64, verbose_name='chart version')),
-                ('updated_at', models.FloatField(help_text='When it was last saved, in epoch seconds.', verbose_name='updated at (epoch s)')),
-                ('updated', models.DateTimeField(db_index=True, help_text='When it was last saved, as a date.', verbose_name='updated')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        help_text="Row number; snapshots are found by key.",
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="row",
+                    ),
+                ),
+                (
+                    "key",
+                    models.CharField(
+                        help_text="Instance key (for the dispatcher, the envelope subject).",
+                        max_length=255,
+                        unique=True,
+                        verbose_name="key",
+                    ),
+                ),
+                (
+                    "snapshot",
+                    models.TextField(
+                        help_text="The machine snapshot as JSON, exactly as the engine wrote it.",
+                        verbose_name="snapshot",
+                    ),
+                ),
+                (
+                    "version",
+                    models.PositiveBigIntegerField(
+                        help_text="Grows by one per save; optimistic locking compares it.",
+                        verbose_name="version",
+                    ),
+                ),
+                (
+                    "machine_version",
+                    models.CharField(
+                        blank=True,
+                        default="",
+                        help_text="Version of the chart the snapshot was taken from.",
+                        max_length=64,
+                        verbose_name="chart version",
+                    ),
+                ),
+                (
+                    "updated_at",
+                    models.FloatField(
+                        help_text="When it was last saved, in epoch seconds.",
+                        verbose_name="updated at (epoch s)",
+                    ),
+                ),
+                (
+                    "updated",
+                    models.DateTimeField(
+                        db_index=True,
+                        help_text="When it was last saved, as a date.",
+                        verbose_name="updated",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'machine snapshot',
-                'verbose_name_plural': 'machine snapshots',
-                'ordering': ('key',),
+                "verbose_name": "machine snapshot",
+                "verbose_name_plural": "machine snapshots",
+                "ordering": ("key",),
             },
         ),
         migrations.CreateModel(
-            name='InboxRecord',
+            name="InboxRecord",
             fields=[
-                ('id', models.BigAutoField(help_text='Row number; entries are found by scope and key.', primary_key=True, serialize=False, verbose_name='row')),
-                ('scope', models.CharField(help_text='Principal and instance the key belongs to (source and subject).', max_length=255, verbose_name='scope')),
-                ('key', models.CharField(help_text='Idempotency key, the envelope id by default.', max_length=255, verbose_name='key')),
-                ('fingerprint', models.CharField(help_text='Identifies the event and payload first seen under this key.', max_length=255, verbose_name='fingerprint')),
-                ('receipt', models.TextField(blank=True, help_text='JSON receipt a redelivery is answered with; empty while in flight.', null=True, verbose_name='receipt')),
-                ('expires_at', models.FloatField(blank=True, db_index=True, help_text='When the entry stops counting; empty for never.', null=True, verbose_name='expires at (epoch s)')),
-                ('created', models.DateTimeField(help_text='When the key was first claimed.', verbose_name='created')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        help_text="Row number; entries are found by scope and key.",
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="row",
+                    ),
+                ),
+                (
+                    "scope",
+                    models.CharField(
+                        help_text="Principal and instance the key belongs to (source and subject).",
+                        max_length=255,
+                        verbose_name="scope",
+                    ),
+                ),
+                (
+                    "key",
+                    models.CharField(
+                        help_text="Idempotency key, the envelope id by default.",
+                        max_length=255,
+                        verbose_name="key",
+                    ),
+                ),
+                (
+                    "fingerprint",
+                    models.CharField(
+                        help_text="Identifies the event and payload first seen under this key.",
+                        max_length=255,
+                        verbose_name="fingerprint",
+                    ),
+                ),
+                (
+                    "receipt",
+                    models.TextField(
+                        blank=True,
+                        help_text="JSON receipt a redelivery is answered with; empty while in flight.",
+                        null=True,
+                        verbose_name="receipt",
+                    ),
+                ),
+                (
+                    "expires_at",
+                    models.FloatField(
+                        blank=True,
+                        db_index=True,
+                        help_text="When the entry stops counting; empty for never.",
+                        null=True,
+                        verbose_name="expires at (epoch s)",
+                    ),
+                ),
+                (
+                    "created",
+                    models.DateTimeField(
+                        help_text="When the key was first claimed.", verbose_name="created"
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'inbox entry',
-                'verbose_name_plural': 'inbox',
-                'constraints': [models.UniqueConstraint(fields=('scope', 'key'), name='xsm_inbox_scope_key')],
+                "verbose_name": "inbox entry",
+                "verbose_name_plural": "inbox",
+                "constraints": [
+                    models.UniqueConstraint(fields=("scope", "key"), name="xsm_inbox_scope_key")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='OutboxMessage',
+            name="OutboxMessage",
             fields=[
-                ('seq', models.BigAutoField(help_text='Increasing row number; rows are published in this order.', primary_key=True, serialize=False, verbose_name='sequence')),
-                ('topic', models.CharField(help_text='Topic (routing key) the envelope is published on.', max_length=255, verbose_name='topic')),
-                ('envelope_id', models.CharField(db_index=True, help_text='CloudEvents id of the envelope; consumers deduplicate on it.', max_length=64, verbose_name='envelope id')),
-                ('event_type', models.CharField(help_text='CloudEvents type of the envelope.', max_length=255, verbose_name='type')),
-                ('subject', models.CharField(blank=True, db_index=True, help_text='CloudEvents subject (the instance key).', max_length=255, null=True, verbose_name='subject')),
-                ('envelope', models.TextField(help_text='The envelope as structured-mode JSON, exactly as it will be published.', verbose_name='envelope')),
-                ('created_at', models.FloatField(help_text='When the row was written, in epoch seconds.', verbose_name='created at (epoch s)')),
-                ('created', models.DateTimeField(db_index=True, help_text='When the row was written, as a date.', verbose_name='created')),
-                ('sent_at', models.FloatField(blank=True, db_index=True, help_text='When the broker accepted it; empty while pending.', null=True, verbose_name='sent at (epoch s)')),
-                ('claimed_by', models.CharField(blank=True, help_text='Relay holding the lease on this row, if any.', max_length=128, null=True, verbose_name='claimed by')),
-                ('claimed_until', models.FloatField(blank=True, help_text="When the relay's lease runs out; another relay may take it after.", null=True, verbose_name='claimed until (epoch s)')),
+                (
+                    "seq",
+                    models.BigAutoField(
+                        help_text="Increasing row number; rows are published in this order.",
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="sequence",
+                    ),
+                ),
+                (
+                    "topic",
+                    models.CharField(
+                        help_text="Topic (routing key) the envelope is published on.",
+                        max_length=255,
+                        verbose_name="topic",
+                    ),
+                ),
+                (
+                    "envelope_id",
+                    models.CharField(
+                        db_index=True,
+                        help_text="CloudEvents id of the envelope; consumers deduplicate on it.",
+                        max_length=64,
+                        verbose_name="envelope id",
+                    ),
+                ),
+                (
+                    "event_type",
+                    models.CharField(
+                        help_text="CloudEvents type of the envelope.",
+                        max_length=255,
+                        verbose_name="type",
+                    ),
+                ),
+                (
+                    "subject",
+                    models.CharField(
+                        blank=True,
+                        db_index=True,
+                        help_text="CloudEvents subject (the instance key).",
+                        max_length=255,
+                        null=True,
+                        verbose_name="subject",
+                    ),
+                ),
+                (
+                    "envelope",
+                    models.TextField(
+                        help_text="The envelope as structured-mode JSON, exactly as it will be published.",
+                        verbose_name="envelope",
+                    ),
+                ),
+                (
+                    "created_at",
+                    models.FloatField(
+                        help_text="When the row was written, in epoch seconds.",
+                        verbose_name="created at (epoch s)",
+                    ),
+                ),
+                (
+                    "created",
+                    models.DateTimeField(
+                        db_index=True,
+                        help_text="When the row was written, as a date.",
+                        verbose_name="created",
+                    ),
+                ),
+                (
+                    "sent_at",
+                    models.FloatField(
+                        blank=True,
+                        db_index=True,
+                        help_text="When the broker accepted it; empty while pending.",
+                        null=True,
+                        verbose_name="sent at (epoch s)",
+                    ),
+                ),
+                (
+                    "claimed_by",
+                    models.CharField(
+                        blank=True,
+                        help_text="Relay holding the lease on this row, if any.",
+                        max_length=128,
+                        null=True,
+                        verbose_name="claimed by",
+                    ),
+                ),
+                (
+                    "claimed_until",
+                    models.FloatField(
+                        blank=True,
+                        help_text="When the relay's lease runs out; another relay may take it after.",
+                        null=True,
+                        verbose_name="claimed until (epoch s)",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'outbox message',
-                'verbose_name_plural': 'outbox',
-                'ordering': ('seq',),
-                'indexes': [models.Index(fields=['sent_at', 'seq'], name='xsm_outbox_pending')],
+                "verbose_name": "outbox message",
+                "verbose_name_plural": "outbox",
+                "ordering": ("seq",),
+                "indexes": [models.Index(fields=["sent_at", "seq"], name="xsm_outbox_pending")],
             },
         ),
     ]

@@ -5,49 +5,181 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('xsm_celery', '0001_initial'),
+        ("xsm_celery", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='WorkflowInstance',
+            name="WorkflowInstance",
             fields=[
-                ('id', models.BigAutoField(help_text='Row number; instances are found by workflow and key.', primary_key=True, serialize=False, verbose_name='row')),
-                ('workflow', models.CharField(db_index=True, help_text='Name of the workflow (xsm.workflow(..., name=...)).', max_length=120, verbose_name='workflow')),
-                ('key', models.CharField(help_text='Business key of the instance (an order number...).', max_length=255, verbose_name='key')),
-                ('machine_id', models.CharField(db_index=True, help_text='Id of the chart the instance runs.', max_length=120, verbose_name='machine')),
-                ('state', models.CharField(db_index=True, help_text='Active leaf states, comma separated.', max_length=500, verbose_name='state')),
-                ('status', models.CharField(db_index=True, help_text='running, done or stopped.', max_length=20, verbose_name='status')),
-                ('updated_at', models.FloatField(help_text='When the last step committed, in epoch seconds.', verbose_name='updated at (epoch s)')),
-                ('updated', models.DateTimeField(db_index=True, help_text='When the last step committed, as a date.', verbose_name='last update')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        help_text="Row number; instances are found by workflow and key.",
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="row",
+                    ),
+                ),
+                (
+                    "workflow",
+                    models.CharField(
+                        db_index=True,
+                        help_text="Name of the workflow (xsm.workflow(..., name=...)).",
+                        max_length=120,
+                        verbose_name="workflow",
+                    ),
+                ),
+                (
+                    "key",
+                    models.CharField(
+                        help_text="Business key of the instance (an order number...).",
+                        max_length=255,
+                        verbose_name="key",
+                    ),
+                ),
+                (
+                    "machine_id",
+                    models.CharField(
+                        db_index=True,
+                        help_text="Id of the chart the instance runs.",
+                        max_length=120,
+                        verbose_name="machine",
+                    ),
+                ),
+                (
+                    "state",
+                    models.CharField(
+                        db_index=True,
+                        help_text="Active leaf states, comma separated.",
+                        max_length=500,
+                        verbose_name="state",
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        db_index=True,
+                        help_text="running, done or stopped.",
+                        max_length=20,
+                        verbose_name="status",
+                    ),
+                ),
+                (
+                    "updated_at",
+                    models.FloatField(
+                        help_text="When the last step committed, in epoch seconds.",
+                        verbose_name="updated at (epoch s)",
+                    ),
+                ),
+                (
+                    "updated",
+                    models.DateTimeField(
+                        db_index=True,
+                        help_text="When the last step committed, as a date.",
+                        verbose_name="last update",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'workflow instance',
-                'verbose_name_plural': 'workflow instances',
-                'ordering': ('-updated_at',),
-                'constraints': [models.UniqueConstraint(fields=('workflow', 'key'), name='xsm_workflow_instance_key')],
+                "verbose_name": "workflow instance",
+                "verbose_name_plural": "workflow instances",
+                "ordering": ("-updated_at",),
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("workflow", "key"), name="xsm_workflow_instance_key"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='WorkflowTransition',
+            name="WorkflowTransition",
             fields=[
-                ('id', models.BigAutoField(help_text='Increasing entry number; the log reads in this order.', primary_key=True, serialize=False, verbose_name='entry')),
-                ('workflow', models.CharField(help_text='Name of the workflow.', max_length=120, verbose_name='workflow')),
-                ('key', models.CharField(help_text='Business key of the instance.', max_length=255, verbose_name='key')),
-                ('event', models.CharField(blank=True, default='', help_text='Event type that triggered the transition (engine events included).', max_length=255, verbose_name='event')),
-                ('message', models.CharField(blank=True, default='', help_text='What kind of step took it: event, start, timer, done or error.', max_length=20, verbose_name='message')),
-                ('source', models.CharField(blank=True, default='', help_text='Active leaf states before.', max_length=500, verbose_name='from')),
-                ('target', models.CharField(blank=True, default='', help_text='Active leaf states after.', max_length=500, verbose_name='to')),
-                ('at', models.FloatField(help_text='When the step ran, in epoch seconds.', verbose_name='at (epoch s)')),
-                ('created', models.DateTimeField(help_text='When the step ran, as a date.', verbose_name='when')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        help_text="Increasing entry number; the log reads in this order.",
+                        primary_key=True,
+                        serialize=False,
+                        verbose_name="entry",
+                    ),
+                ),
+                (
+                    "workflow",
+                    models.CharField(
+                        help_text="Name of the workflow.", max_length=120, verbose_name="workflow"
+                    ),
+                ),
+                (
+                    "key",
+                    models.CharField(
+                        help_text="Business key of the instance.",
+                        max_length=255,
+                        verbose_name="key",
+                    ),
+                ),
+                (
+                    "event",
+                    models.CharField(
+                        blank=True,
+                        default="",
+                        help_text="Event type that triggered the transition (engine events included).",
+                        max_length=255,
+                        verbose_name="event",
+                    ),
+                ),
+                (
+                    "message",
+                    models.CharField(
+                        blank=True,
+                        default="",
+                        help_text="What kind of step took it: event, start, timer, done or error.",
+                        max_length=20,
+                        verbose_name="message",
+                    ),
+                ),
+                (
+                    "source",
+                    models.CharField(
+                        blank=True,
+                        default="",
+                        help_text="Active leaf states before.",
+                        max_length=500,
+                        verbose_name="from",
+                    ),
+                ),
+                (
+                    "target",
+                    models.CharField(
+                        blank=True,
+                        default="",
+                        help_text="Active leaf states after.",
+                        max_length=500,
+                        verbose_name="to",
+                    ),
+                ),
+                (
+                    "at",
+                    models.FloatField(
+                        help_text="When the step ran, in epoch seconds.",
+                        verbose_name="at (epoch s)",
+                    ),
+                ),
+                (
+                    "created",
+                    models.DateTimeField(
+                        help_text="When the step ran, as a date.", verbose_name="when"
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'workflow transition',
-                'verbose_name_plural': 'workflow transitions',
-                'ordering': ('-id',),
-                'indexes': [models.Index(fields=['workflow', 'key', 'id'], name='xsm_wf_transition_key')],
+                "verbose_name": "workflow transition",
+                "verbose_name_plural": "workflow transitions",
+                "ordering": ("-id",),
+                "indexes": [
+                    models.Index(fields=["workflow", "key", "id"], name="xsm_wf_transition_key")
+                ],
             },
         ),
     ]

@@ -5,25 +5,39 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('xsm_celery', '0002_workflow_instances'),
+        ("xsm_celery", "0002_workflow_instances"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='outboxmessage',
-            name='attempts',
-            field=models.PositiveIntegerField(default=0, help_text='Times the broker refused this row (outages are not counted).', verbose_name='attempts'),
+            model_name="outboxmessage",
+            name="attempts",
+            field=models.PositiveIntegerField(
+                default=0,
+                help_text="Times the broker refused this row (outages are not counted).",
+                verbose_name="attempts",
+            ),
         ),
         migrations.AddField(
-            model_name='outboxmessage',
-            name='failed_at',
-            field=models.FloatField(blank=True, db_index=True, help_text='When the row was set aside after its last allowed refusal; a failed row is never published until it is requeued.', null=True, verbose_name='failed at (epoch s)'),
+            model_name="outboxmessage",
+            name="failed_at",
+            field=models.FloatField(
+                blank=True,
+                db_index=True,
+                help_text="When the row was set aside after its last allowed refusal; a failed row is never published until it is requeued.",
+                null=True,
+                verbose_name="failed at (epoch s)",
+            ),
         ),
         migrations.AddField(
-            model_name='outboxmessage',
-            name='last_error',
-            field=models.TextField(blank=True, help_text='Why the broker last refused this row.', null=True, verbose_name='last error'),
+            model_name="outboxmessage",
+            name="last_error",
+            field=models.TextField(
+                blank=True,
+                help_text="Why the broker last refused this row.",
+                null=True,
+                verbose_name="last error",
+            ),
         ),
     ]

@@ -122,7 +122,8 @@ class DjangoDeadLetterStore:
         from django.db.models import Count
 
         rows = (
-            _records().objects.using(self.using)
+            _records()
+            .objects.using(self.using)
             .filter(taken_at__gte=float(since_wall))
             .order_by()
             .values("reason")
@@ -156,9 +157,7 @@ class DjangoDeadLetterStore:
             deleted, _ = rows.delete()
         return deleted
 
-    def audit(
-        self, record_id: str, action: str, *, actor: str, reason: str, outcome: str
-    ) -> None:
+    def audit(self, record_id: str, action: str, *, actor: str, reason: str, outcome: str) -> None:
         """Append one operator action (replay, resolve, purge) to the audit table."""
         from xsm_celery.django.models import AuditEntry
 
@@ -194,7 +193,6 @@ class DjangoDeadLetterStore:
             }
             for row in entries
         ]
-
 
     def _redact(self, record: DeadLetter) -> DeadLetter:
         from xsm_celery.django.conf import get_settings

@@ -54,15 +54,25 @@ class DjangoInbox(DjangoStoreBase):
             try:
                 with transaction.atomic(using=self.using):
                     model.objects.using(self.using).create(
-                        scope=scope, key=key, fingerprint=fingerprint, receipt=None,
-                        expires_at=expires, created=to_datetime(now),
+                        scope=scope,
+                        key=key,
+                        fingerprint=fingerprint,
+                        receipt=None,
+                        expires_at=expires,
+                        created=to_datetime(now),
                     )
                 return True
             except IntegrityError:
-                taken = model.objects.using(self.using).filter(
-                    scope=scope, key=key, expires_at__lte=now
-                ).update(fingerprint=fingerprint, receipt=None, expires_at=expires,
-                         created=to_datetime(now))
+                taken = (
+                    model.objects.using(self.using)
+                    .filter(scope=scope, key=key, expires_at__lte=now)
+                    .update(
+                        fingerprint=fingerprint,
+                        receipt=None,
+                        expires_at=expires,
+                        created=to_datetime(now),
+                    )
+                )
                 return bool(taken)
 
     def mark(self, scope: str, key: str, receipt: str, *, ttl_s: float | None) -> None:

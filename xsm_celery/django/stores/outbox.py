@@ -46,14 +46,18 @@ class DjangoOutboxStore(DjangoStoreBase):
         """Append a row for ``envelope`` on ``topic`` and return its sequence number."""
         now = self._wall()
         with store_errors("add", self.using):
-            row = _model().objects.using(self.using).create(
-                topic=topic,
-                envelope_id=envelope.id,
-                event_type=envelope.type,
-                subject=envelope.subject,
-                envelope=envelope.to_json(),
-                created_at=now,
-                created=to_datetime(now),
+            row = (
+                _model()
+                .objects.using(self.using)
+                .create(
+                    topic=topic,
+                    envelope_id=envelope.id,
+                    event_type=envelope.type,
+                    subject=envelope.subject,
+                    envelope=envelope.to_json(),
+                    created_at=now,
+                    created=to_datetime(now),
+                )
             )
         return int(row.seq)
 
@@ -87,23 +91,29 @@ class DjangoOutboxStore(DjangoStoreBase):
                 candidates = candidates.select_for_update(skip_locked=True)
             seqs = builtins.list(candidates.values_list("seq", flat=True)[: _limit(limit)])
             rows.filter(seq__in=seqs).update(claimed_by=owner, claimed_until=until)
-            won = _model().objects.using(self.using).filter(
-                seq__in=seqs, claimed_by=owner, claimed_until=until
+            won = (
+                _model()
+                .objects.using(self.using)
+                .filter(seq__in=seqs, claimed_by=owner, claimed_until=until)
             )
             return [_record(row) for row in won.order_by("seq")]
 
     def release(self, seqs: Iterable[int], owner: str) -> int:
         """Hand back ``owner``'s leases on ``seqs``; return how many were released."""
-        rows = _model().objects.using(self.using).filter(
-            seq__in=builtins.list(seqs), claimed_by=owner, sent_at__isnull=True
+        rows = (
+            _model()
+            .objects.using(self.using)
+            .filter(seq__in=builtins.list(seqs), claimed_by=owner, sent_at__isnull=True)
         )
         with store_errors("release", self.using):
             return int(rows.update(claimed_by=None, claimed_until=None))
 
     def mark_sent(self, seqs: Iterable[int]) -> int:
         """Mark rows as published (dropping their lease); return how many changed."""
-        rows = _model().objects.using(self.using).filter(
-            seq__in=builtins.list(seqs), sent_at__isnull=True
+        rows = (
+            _model()
+            .objects.using(self.using)
+            .filter(seq__in=builtins.list(seqs), sent_at__isnull=True)
         )
         with store_errors("mark_sent", self.using):
             return int(rows.update(sent_at=self._wall(), claimed_by=None, claimed_until=None))
@@ -138,8 +148,9 @@ class DjangoOutboxStore(DjangoStoreBase):
         now = self._wall()
         mine = self._pending().filter(seq=seq, claimed_by=owner)
         with store_errors("record_refusal", self.using), transaction.atomic(using=self.using):
-            if not mine.update(attempts=F("attempts") + 1, last_error=text, claimed_by=None,
-                               claimed_until=None):
+            if not mine.update(
+                attempts=F("attempts") + 1, last_error=text, claimed_by=None, claimed_until=None
+            ):
                 return 0
             rows = _model().objects.using(self.using).filter(seq=seq)
             attempts = int(rows.values_list("attempts", flat=True)[0])
@@ -160,14 +171,14 @@ class DjangoOutboxStore(DjangoStoreBase):
 
     def _pending(self) -> QuerySet[OutboxMessage]:
         """Rows the relay may publish: not sent, not set aside as failed."""
-        return _model().objects.using(self.using).filter(
-            sent_at__isnull=True, failed_at__isnull=True
+        return (
+            _model().objects.using(self.using).filter(sent_at__isnull=True, failed_at__isnull=True)
         )
 
     def _failed(self) -> QuerySet[OutboxMessage]:
         """Rows set aside after ``max_attempts`` refusals and not sent by hand since."""
-        return _model().objects.using(self.using).filter(
-            sent_at__isnull=True, failed_at__isnull=False
+        return (
+            _model().objects.using(self.using).filter(sent_at__isnull=True, failed_at__isnull=False)
         )
 
     def oldest_pending_at(self) -> float | None:

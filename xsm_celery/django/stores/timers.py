@@ -70,9 +70,7 @@ class DjangoTimerStore(DjangoStoreBase):
         ``owner`` come back again.
         """
         if not owner:
-            raise ConfigurationError(
-                "owner must be a non-empty string naming the scanner"
-            )
+            raise ConfigurationError("owner must be a non-empty string naming the scanner")
         if not lease_s > 0:
             raise ConfigurationError(
                 f"lease_s must be a positive number of seconds, got {lease_s!r}"
@@ -86,15 +84,17 @@ class DjangoTimerStore(DjangoStoreBase):
                 candidates = candidates.select_for_update(skip_locked=True)
             ids = builtins.list(candidates.values_list("id", flat=True)[: _limit(limit)])
             rows.filter(id__in=ids).update(claimed_by=owner, claimed_until=until)
-            won = _model().objects.using(self.using).filter(
-                id__in=ids, claimed_by=owner, claimed_until=until
+            won = (
+                _model()
+                .objects.using(self.using)
+                .filter(id__in=ids, claimed_by=owner, claimed_until=until)
             )
             return [_timer(row) for row in won.order_by("due_at", "id")]
 
     def release(self, ids: Sequence[str], owner: str) -> int:
         """Hand back ``owner``'s leases on ``ids``; return how many were released."""
-        rows = _model().objects.using(self.using).filter(
-            id__in=builtins.list(ids), claimed_by=owner
+        rows = (
+            _model().objects.using(self.using).filter(id__in=builtins.list(ids), claimed_by=owner)
         )
         with store_errors("release", self.using):
             return int(rows.update(claimed_by=None, claimed_until=None))
@@ -108,10 +108,17 @@ class DjangoTimerStore(DjangoStoreBase):
     def postpone(self, timer_id: str, due_at_wall: float) -> bool:
         """Move one timer to ``due_at_wall`` and free its lease; return whether it exists."""
         with store_errors("postpone", self.using):
-            changed = _model().objects.using(self.using).filter(id=timer_id).update(
-                due_at=float(due_at_wall), due=to_datetime(float(due_at_wall)),
-                claimed_by=None, claimed_until=None,
-            )  # fmt: skip
+            changed = (
+                _model()
+                .objects.using(self.using)
+                .filter(id=timer_id)
+                .update(
+                    due_at=float(due_at_wall),
+                    due=to_datetime(float(due_at_wall)),
+                    claimed_by=None,
+                    claimed_until=None,
+                )
+            )
         return changed > 0
 
     def delete_key(self, key: str) -> int:

@@ -209,8 +209,13 @@ class DeadLetterPlugin(PluginBase):
         try:
             self._put(record)
             if self.report:
-                emit(FactKind.DEAD_LETTER_WRITTEN, source="plugin", reason=record.reason,
-                     machine=record.machine_id, stored=True)  # fmt: skip
+                emit(
+                    FactKind.DEAD_LETTER_WRITTEN,
+                    source="plugin",
+                    reason=record.reason,
+                    machine=record.machine_id,
+                    stored=True,
+                )
         except Exception:
             logger.error(
                 "dead-letter sink %r failed; record %s (%s @ %s) was not stored",

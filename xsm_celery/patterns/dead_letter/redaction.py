@@ -53,8 +53,9 @@ def mask_errors(errors: Iterable[Any], secrets: Iterable[str]) -> list[Any]:
     masked: list[Any] = []
     for entry in errors:
         if isinstance(entry, dict):
-            masked.append({k: mask_text(v, known) if isinstance(v, str) else v
-                           for k, v in entry.items()})  # fmt: skip
+            masked.append(
+                {k: mask_text(v, known) if isinstance(v, str) else v for k, v in entry.items()}
+            )
         else:
             masked.append(entry)
     return masked

@@ -208,9 +208,7 @@ class DeadLetterStore:
         with self._lock:
             self._records.clear()
 
-    def audit(
-        self, record_id: str, action: str, *, actor: str, reason: str, outcome: str
-    ) -> None:
+    def audit(self, record_id: str, action: str, *, actor: str, reason: str, outcome: str) -> None:
         """Append one operator action (replay, resolve, purge) to the audit log."""
         entry = {
             "record_id": record_id,

@@ -23,8 +23,14 @@ from typing import Any
 
 from xsm_celery.patterns.dead_letter.record import DeadLetter
 
-__all__ = ["STEP_TASK_PREFIX", "WORKFLOW_TOPIC_PREFIX", "WorkflowPart", "WorkflowRef",
-           "workflow_of_record", "workflow_topic"]  # fmt: skip
+__all__ = [
+    "STEP_TASK_PREFIX",
+    "WORKFLOW_TOPIC_PREFIX",
+    "WorkflowPart",
+    "WorkflowRef",
+    "workflow_of_record",
+    "workflow_topic",
+]
 
 #: Prefix of a workflow's step task name. The same string as
 #: ``xsm_celery.celery.workflow.WORKFLOW_TASK_PREFIX`` (a test keeps them equal); repeated

@@ -279,8 +279,9 @@ class BaseLimiter(abc.ABC):
                     "rate limit %r: backend unavailable (%s); %s until it is back",
                     self.name,
                     exc,
-                    "admitting every call" if self.on_unavailable == "fail_open" else
-                    "refusing every call",
+                    "admitting every call"
+                    if self.on_unavailable == "fail_open"
+                    else "refusing every call",
                 )
             emit(FactKind.BACKEND_UNAVAILABLE, limiter=self.name, choice=self.on_unavailable)
             if self.on_unavailable == "fail_open":

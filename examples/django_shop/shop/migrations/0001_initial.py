@@ -5,20 +5,37 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Order',
+            name="Order",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('amount_cents', models.PositiveIntegerField(help_text='What to charge, in cents.')),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('paid', 'Paid')], default='pending', help_text='Whether the payment went through.', max_length=16)),
-                ('created', models.DateTimeField(auto_now_add=True, help_text='When it was placed.')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "amount_cents",
+                    models.PositiveIntegerField(help_text="What to charge, in cents."),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("pending", "Pending"), ("paid", "Paid")],
+                        default="pending",
+                        help_text="Whether the payment went through.",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "created",
+                    models.DateTimeField(auto_now_add=True, help_text="When it was placed."),
+                ),
             ],
         ),
     ]

@@ -49,15 +49,21 @@ class Command(BaseCommand):
         replay = sub.add_parser("replay", help="Send a dead letter again (a dry run by default).")
         replay.add_argument("record_id")
         replay.add_argument("--no-dry-run", dest="dry_run", action="store_false")
-        replay.add_argument("--force", action="store_true",
-                            help="Replay even though the chart changed since capture.")
+        replay.add_argument(
+            "--force",
+            action="store_true",
+            help="Replay even though the chart changed since capture.",
+        )
         resolve = sub.add_parser("resolve", help="Mark a dead letter resolved without replay.")
         resolve.add_argument("record_id")
         purge = sub.add_parser("purge", help="Delete dead letters (audited).")
         purge.add_argument("--older-than", help="Age such as 90s, 15m, 12h, 30d, 2w.")
         purge.add_argument("--id", dest="record_id", help="Delete this one record.")
-        purge.add_argument("--include-unresolved", action="store_true",
-                           help="With --older-than, delete unresolved records too.")
+        purge.add_argument(
+            "--include-unresolved",
+            action="store_true",
+            help="With --older-than, delete unresolved records too.",
+        )
         for acting in (replay, resolve, purge):
             acting.add_argument("--yes", action="store_true", help="Confirm.")
             acting.add_argument("--reason", help="Why (kept in the audit row).")
@@ -114,39 +120,55 @@ class Command(BaseCommand):
         self.stdout.write("snapshot:\n" + json.dumps(record.snapshot, indent=2, sort_keys=True))
         self.stdout.write("audit:")
         for entry in audit:
-            self.stdout.write(f"  {entry['action']} by {entry['actor']}: {entry['reason']} -> "
-                              f"{entry['outcome']}")
+            self.stdout.write(
+                f"  {entry['action']} by {entry['actor']}: {entry['reason']} -> {entry['outcome']}"
+            )
 
     def _guard(self, options: dict[str, Any], action: str) -> tuple[str, str]:
         if not options["yes"]:
             raise CommandError(f"refusing to {action} without --yes", returncode=2)
         reason = (options.get("reason") or "").strip()
         if not reason:
-            raise CommandError(f'{action} needs --reason "why this is safe now" (it is audited)',
-                               returncode=2)
+            raise CommandError(
+                f'{action} needs --reason "why this is safe now" (it is audited)', returncode=2
+            )
         return reason, current_actor(options.get("actor"))
 
     def _replay(self, store: DjangoDeadLetterStore, options: dict[str, Any]) -> None:
         record = self._record(store, options["record_id"])
         if options["dry_run"]:
             plan = self.ops.plan(record)
-            result = {"record_id": record.id, "dry_run": True, "kind": plan.kind,
-                      "preview": plan.preview, "refusal": plan.refusal,
-                      "chart_changed": plan.chart_changed, "warnings": plan.warnings}
+            result = {
+                "record_id": record.id,
+                "dry_run": True,
+                "kind": plan.kind,
+                "preview": plan.preview,
+                "refusal": plan.refusal,
+                "chart_changed": plan.chart_changed,
+                "warnings": plan.warnings,
+            }
             if options["json"]:
                 self._emit(result)
             else:
-                self.stdout.write(f"dry run: {record.id}: {plan.refusal or plan.preview} "
-                                  "(nothing changed; replay for real with --no-dry-run --yes "
-                                  "--reason ...)")
+                self.stdout.write(
+                    f"dry run: {record.id}: {plan.refusal or plan.preview} "
+                    "(nothing changed; replay for real with --no-dry-run --yes "
+                    "--reason ...)"
+                )
             if plan.refusal:
                 raise CommandError(plan.refusal, returncode=2)
             return
         reason, actor = self._guard(options, "replay")
         outcome = self.ops.replay(record.id, actor=actor, reason=reason, force=options["force"])
         if options["json"]:
-            self._emit({"record_id": outcome.record_id, "status": outcome.status,
-                        "detail": outcome.detail, "task_id": outcome.task_id})
+            self._emit(
+                {
+                    "record_id": outcome.record_id,
+                    "status": outcome.status,
+                    "detail": outcome.detail,
+                    "task_id": outcome.task_id,
+                }
+            )
         else:
             self.stdout.write(f"{outcome.record_id}: {outcome.status}: {outcome.detail}")
         if outcome.status == "refused":
@@ -164,8 +186,9 @@ class Command(BaseCommand):
     def _purge(self, store: DjangoDeadLetterStore, options: dict[str, Any]) -> None:
         older, record_id = options.get("older_than"), options.get("record_id")
         if (older is None) == (record_id is None):
-            raise CommandError("purge needs exactly one of --older-than AGE or --id ID",
-                               returncode=2)
+            raise CommandError(
+                "purge needs exactly one of --older-than AGE or --id ID", returncode=2
+            )
         age = parse_age(older) if older is not None else None
         reason, actor = self._guard(options, "purge")
         if age is not None:
@@ -174,8 +197,13 @@ class Command(BaseCommand):
                 deleted, which = store.purge_older_than(cutoff), ""
             else:
                 deleted, which = purge_resolved_older_than(store, cutoff), " resolved"
-            store.audit(PURGE_ALL, "purge", actor=actor, reason=reason,
-                        outcome=f"deleted {deleted}{which} record(s) older than {older}")
+            store.audit(
+                PURGE_ALL,
+                "purge",
+                actor=actor,
+                reason=reason,
+                outcome=f"deleted {deleted}{which} record(s) older than {older}",
+            )
         else:
             assert record_id is not None
             if not self.ops.purge(record_id, actor=actor, reason=reason):

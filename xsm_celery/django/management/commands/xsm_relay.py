@@ -28,19 +28,22 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--database", help="Database alias (default: XSM_CELERY DATABASE).")
-        parser.add_argument("--broker", help="Broker URL (default: XSM_CELERY BROKER, else "
-                                             "the Celery app's broker).")
+        parser.add_argument(
+            "--broker",
+            help="Broker URL (default: XSM_CELERY BROKER, else the Celery app's broker).",
+        )
         parser.add_argument("--batch", type=int, help="Rows leased per batch.")
         parser.add_argument("--lease", type=float, help="Seconds a lease lasts.")
         parser.add_argument("--owner", help="Lease owner; give a stable name such as the pod.")
-        parser.add_argument("--max-attempts", type=int,
-                            help="Broker refusals of one row before it is set aside as failed "
-                                 "(default: XSM_CELERY RELAY_MAX_ATTEMPTS, 5).")
-        parser.add_argument("--max-batches", type=int, default=100,
-                            help="Batches per run at most.")
+        parser.add_argument(
+            "--max-attempts",
+            type=int,
+            help="Broker refusals of one row before it is set aside as failed "
+            "(default: XSM_CELERY RELAY_MAX_ATTEMPTS, 5).",
+        )
+        parser.add_argument("--max-batches", type=int, default=100, help="Batches per run at most.")
         parser.add_argument("--runs", type=int, default=1, help="Runs to make; 0 = forever.")
-        parser.add_argument("--interval", type=float, default=5.0,
-                            help="Seconds between runs.")
+        parser.add_argument("--interval", type=float, default=5.0, help="Seconds between runs.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         from xsm_celery.eda.relay import OutboxRelay
@@ -49,11 +52,14 @@ class Command(BaseCommand):
         outbox = DjangoOutboxStore(using=options.get("database"))
         owner = options.get("owner") or f"{socket.gethostname()}:{os.getpid()}"
         try:
-            relay = OutboxRelay(outbox, self._broker(options.get("broker")),
-                                batch=options.get("batch") or conf.relay_batch,
-                                owner=owner, lease_s=options.get("lease") or conf.relay_lease_s,
-                                max_attempts=options.get("max_attempts")
-                                or conf.relay_max_attempts)
+            relay = OutboxRelay(
+                outbox,
+                self._broker(options.get("broker")),
+                batch=options.get("batch") or conf.relay_batch,
+                owner=owner,
+                lease_s=options.get("lease") or conf.relay_lease_s,
+                max_attempts=options.get("max_attempts") or conf.relay_max_attempts,
+            )
         except (ValueError, XsmError) as exc:
             raise CommandError(str(exc), returncode=2) from exc
 

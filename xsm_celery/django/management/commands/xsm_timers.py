@@ -23,8 +23,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--owner", help="Lease owner (default: host:pid).")
         parser.add_argument("--runs", type=int, default=1, help="Runs to make; 0 = forever.")
-        parser.add_argument("--interval", type=float, default=10.0,
-                            help="Seconds between runs.")
+        parser.add_argument("--interval", type=float, default=10.0, help="Seconds between runs.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         from xsm_celery.celery import fire_due_timers
