@@ -35,13 +35,15 @@ from xsm_celery.django.models import (
 from xsm_celery.django.templatetags.xsm_celery_admin import epoch_age, pretty_json
 
 __all__ = [
+    "REQUEUE_OUTBOX_ACTION",
     "AuditEntryAdmin",
-    "DeadLetterRecordAdmin",
     "DurableTimerAdmin",
     "InboxRecordAdmin",
     "MachineSnapshotAdmin",
     "OutboxMessageAdmin",
-    "WorkflowInstanceAdmin",
+    "OutboxStatusFilter",
+    "ReadOnlyAdmin",
+    "outbox_stats",
 ]
 
 #: The audit action of a failed outbox row made pending again from the admin.
