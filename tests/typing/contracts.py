@@ -22,6 +22,7 @@ from xsm_celery.django.stores import (
 )
 from xsm_celery.eda.broker import BrokerAdapter, SyncBrokerAdapter
 from xsm_celery.eda.fake import FakeBrokerAdapter, SyncFakeBrokerAdapter
+from xsm_celery.eda.outbox_protocols import OutboxStore
 from xsm_celery.eda.outbox_store import MemoryOutboxStore, SQLiteOutboxStore
 from xsm_celery.engine import LoggingInspector, Plugin, PluginBase
 from xsm_celery.patterns.dead_letter import DeadLetterStore, DeadLetterStoreProtocol
@@ -33,7 +34,6 @@ from xsm_celery.persistence import (
     MemoryStore,
     MemoryTimerStore,
     OptimisticLock,
-    OutboxStore,
     PessimisticLock,
     SQLiteInbox,
     SQLiteStore,
