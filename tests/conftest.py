@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import pytest
 
 from tests import services
+from tests.pgbouncer import PgBouncer, start_pgbouncer_with_database
 
 
 @pytest.fixture
@@ -28,6 +30,30 @@ def postgres_url() -> str:
     """URL of the local PostgreSQL database ``test``; fails under CI when it is down."""
     services.require("postgres")
     return services.POSTGRES_URL
+
+
+@pytest.fixture(scope="session")
+def pgbouncer() -> Iterator[PgBouncer]:
+    """A PgBouncer in transaction pooling mode in front of the local PostgreSQL.
+
+    Skips locally and fails under CI when PostgreSQL is down or pgbouncer is not installed.
+    """
+    services.require("postgres")
+    try:
+        bouncer = start_pgbouncer_with_database()
+    except RuntimeError as exc:
+        if services.in_ci():
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    yield bouncer
+    bouncer.stop()
+
+
+@pytest.fixture
+def pgbouncer_url(pgbouncer: PgBouncer) -> Iterator[str]:
+    """A store URL through PgBouncer (prepared statements off), its tables dropped after."""
+    with pgbouncer.clean_database() as url:
+        yield url
 
 
 @pytest.fixture(autouse=True)

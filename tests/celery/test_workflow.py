@@ -38,11 +38,14 @@ def broker(redis_url: str) -> Iterator[tuple[str, redis_lib.Redis]]:
     client.close()
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres", "pgbouncer"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
-    """A workflow store: a SQLite file or a private PostgreSQL schema."""
+    """A workflow store: a SQLite file, a private PostgreSQL schema, or PgBouncer's database."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'workflows.db'}"
+        return
+    if request.param == "pgbouncer":
+        yield request.getfixturevalue("pgbouncer_url")
         return
     postgres_url = request.getfixturevalue("postgres_url")
     with private_schema(postgres_url) as url:

@@ -22,6 +22,7 @@ from xsm_celery.celery import Workflow, Xsm
 from xsm_celery.celery.workflow.step import Message
 from xsm_celery.engine import MachineLogic, create_machine
 from xsm_celery.errors import ConflictError, LockTimeoutError, WorkflowStepError
+from xsm_celery.sqlalchemy.connect import make_engine
 
 CHART = {
     "id": "tally",
@@ -42,20 +43,26 @@ def _boom(interp: Any, ctx: dict[str, Any], event: Any, action: Any) -> None:
     raise RuntimeError("the ledger is down")
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres", "pgbouncer"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
-    """A SQLite file or a private PostgreSQL schema."""
+    """A SQLite file, a private PostgreSQL schema, or PgBouncer's database (transaction mode)."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'tally.db'}"
+        return
+    if request.param == "pgbouncer":
+        yield request.getfixturevalue("pgbouncer_url")
         return
     with private_schema(request.getfixturevalue("postgres_url")) as url:
         yield url
 
 
-@pytest.fixture
-def postgres_store(postgres_url: str) -> Iterator[str]:
-    """A private PostgreSQL schema only."""
-    with private_schema(postgres_url) as url:
+@pytest.fixture(params=["postgres", "pgbouncer"])
+def postgres_store(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A private PostgreSQL schema, or PgBouncer's database in transaction pooling mode."""
+    if request.param == "pgbouncer":
+        yield request.getfixturevalue("pgbouncer_url")
+        return
+    with private_schema(request.getfixturevalue("postgres_url")) as url:
         yield url
 
 
@@ -141,7 +148,7 @@ def test_a_held_instance_makes_the_step_time_out_then_it_applies(postgres_store:
     """Another transaction holding the row: LockTimeoutError, nothing written; then it runs."""
     tally = _tally(postgres_store, lock_timeout_s=0.2)
     tally.start("k5")
-    other = sa.create_engine(postgres_store)
+    other = make_engine(postgres_store)
     try:
         with other.connect() as conn:
             conn.execute(sa.text("SELECT 1 FROM xsm_snapshots WHERE key = 'tally:k5' FOR UPDATE"))
@@ -161,7 +168,7 @@ def test_a_delivery_committing_elsewhere_is_waited_for_then_a_duplicate(
     """The same id in another open transaction: the step waits for it, never runs beside it."""
     tally = _tally(postgres_store, lock_timeout_s=0.2)
     tally.start("k6")
-    other = sa.create_engine(postgres_store)
+    other = make_engine(postgres_store)
     try:
         with other.connect() as conn:
             conn.execute(

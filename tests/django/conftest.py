@@ -21,6 +21,7 @@ from django.db.backends.signals import connection_created
 
 from tests import services
 from tests.django.project import settings as project_settings
+from tests.pgbouncer import PgBouncer
 
 if not settings.configured:
     settings.configure(
@@ -144,11 +145,32 @@ def postgres_db(postgres_url: str, _postgres_db: str) -> Iterator[str]:
     _clean(_postgres_db)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(scope="session")
+def _pgbouncer_db(pgbouncer: PgBouncer, _postgres_db: str) -> Iterator[str]:
+    """The PostgreSQL test database through PgBouncer in transaction mode, alias ``pgbouncer``.
+
+    The alias is added once the pooler's port is known; it needs no option of its own (see
+    docs/operations.md), so it is the ``postgres`` alias with another host and port.
+    """
+    from django.db import connections
+
+    direct = connections[_postgres_db].settings_dict
+    connections.settings["pgbouncer"] = {**direct, "HOST": "127.0.0.1", "PORT": str(pgbouncer.port)}
+    yield "pgbouncer"
+    connections["pgbouncer"].close()
+
+
+@pytest.fixture
+def pgbouncer_db(_pgbouncer_db: str) -> Iterator[str]:
+    """Alias of the PostgreSQL test database through PgBouncer, emptied after the test."""
+    yield _pgbouncer_db
+    _clean(_pgbouncer_db)
+
+
+@pytest.fixture(params=["sqlite", "postgres", "pgbouncer"])
 def db_alias(request: pytest.FixtureRequest) -> str:
-    """Each database in turn: the test runs once on SQLite and once on PostgreSQL."""
-    name = "sqlite_db" if request.param == "sqlite" else "postgres_db"
-    alias: str = request.getfixturevalue(name)
+    """Each database in turn: SQLite, PostgreSQL, and PostgreSQL through PgBouncer."""
+    alias: str = request.getfixturevalue(f"{request.param}_db")
     return alias
 
 

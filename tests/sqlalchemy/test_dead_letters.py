@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,12 +19,9 @@ from xsm_celery.sqlalchemy import SQLAlchemyDeadLetterStore
 from xsm_celery.sqlalchemy.connect import normalize_url
 
 
-@pytest.fixture
-def pg_schema_url(postgres_url: str) -> Iterator[str]:
-    """A PostgreSQL URL whose search_path is a fresh schema, dropped after the test.
-
-    Other packages' tests use the same database, so every test gets its own tables.
-    """
+@contextmanager
+def schema_url(postgres_url: str) -> Iterator[str]:
+    """A PostgreSQL URL whose search_path is a fresh schema, dropped afterwards."""
     schema = f"xsm_dlq_{uuid.uuid4().hex[:12]}"
     admin = sa.create_engine(normalize_url(postgres_url))
     with admin.begin() as conn:
@@ -35,6 +33,20 @@ def pg_schema_url(postgres_url: str) -> Iterator[str]:
         with admin.begin() as conn:
             conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
         admin.dispose()
+
+
+@pytest.fixture(params=["postgresql", "pgbouncer"])
+def pg_schema_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A PostgreSQL URL whose search_path is a fresh schema, dropped after the test.
+
+    Other packages' tests use the same database, so every test gets its own tables.
+    ``pgbouncer`` is a database of its own through PgBouncer in transaction pooling mode.
+    """
+    if request.param == "pgbouncer":
+        yield request.getfixturevalue("pgbouncer_url")
+        return
+    with schema_url(request.getfixturevalue("postgres_url")) as url:
+        yield url
 
 
 def redacted(record: DeadLetter) -> DeadLetter:

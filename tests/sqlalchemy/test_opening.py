@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.sqlalchemy.test_dead_letters import pg_schema_url  # noqa: F401 (fixture)
+from tests.sqlalchemy.test_dead_letters import schema_url
 from xsm_celery.errors import StoreUnavailableError
 from xsm_celery.persistence.opening import open_store
 from xsm_celery.sqlalchemy import (
@@ -34,15 +34,18 @@ CLASSES: dict[Any, type] = {
 }
 
 
-@pytest.fixture(params=["sqlite", "postgresql", "postgres"])
+@pytest.fixture(params=["sqlite", "postgresql", "postgres", "pgbouncer"])
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh database under each scheme: a SQLite file, or a private PostgreSQL schema."""
+    """A fresh database under each scheme: a SQLite file, a private schema, or PgBouncer's."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'stores.db'}"
         return
-    schema_url: str = request.getfixturevalue("pg_schema_url")
-    assert schema_url.startswith("postgresql+psycopg://")
-    yield schema_url.replace("postgresql+psycopg://", f"{request.param}://", 1)
+    if request.param == "pgbouncer":
+        yield request.getfixturevalue("pgbouncer_url")
+        return
+    with schema_url(request.getfixturevalue("postgres_url")) as private:
+        assert private.startswith("postgresql+psycopg://")
+        yield private.replace("postgresql+psycopg://", f"{request.param}://", 1)
 
 
 @pytest.mark.parametrize("kind", sorted(CLASSES))

@@ -30,12 +30,27 @@ from xsm_celery.sqlalchemy.snapshots import SQLAlchemyDatabase, SQLAlchemyStore,
 Database = Callable[[], SQLAlchemyDatabase]
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgresql", "pgbouncer"])
 def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
-    """A factory of ``SQLAlchemyDatabase`` objects on one fresh, private database."""
+    """A factory of ``SQLAlchemyDatabase`` objects on one fresh, private database.
+
+    ``pgbouncer`` is PostgreSQL through PgBouncer in transaction pooling mode.
+    """
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'stores.db'}"
         yield lambda: SQLAlchemyDatabase(url)
+        return
+    if request.param == "pgbouncer":
+        pooled: str = request.getfixturevalue("pgbouncer_url")
+        pooled_engines: list[Engine] = []
+
+        def pooled_factory() -> SQLAlchemyDatabase:
+            pooled_engines.append(make_engine(pooled))
+            return SQLAlchemyDatabase(pooled_engines[-1])
+
+        yield pooled_factory
+        for engine in pooled_engines:
+            engine.dispose()
         return
     url = request.getfixturevalue("postgres_url")
     schema = f"xsm_test_{uuid.uuid4().hex[:12]}"

@@ -32,11 +32,17 @@ class FakeWall:
         return self.now
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgresql", "pgbouncer"])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh database URL: a SQLite file, or the local PostgreSQL with empty tables."""
+    """A fresh database URL: a SQLite file, or the local PostgreSQL with empty tables.
+
+    ``pgbouncer`` is PostgreSQL through PgBouncer in transaction pooling mode.
+    """
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'timers.db'}"
+        return
+    if request.param == "pgbouncer":
+        yield request.getfixturevalue("pgbouncer_url")
         return
     url = request.getfixturevalue("postgres_url")
     engine = engine_for(url)

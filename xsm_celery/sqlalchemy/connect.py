@@ -13,6 +13,13 @@ second is almost always alive; when it is not (the server restarted in that seco
 statement fails as a disconnect, SQLAlchemy drops the pool, and the stores report a
 ``StoreUnavailableError``, which every caller retries uncounted. Pass ``pool_pre_ping=True``
 to ``make_engine`` to ping on every checkout instead.
+
+psycopg prepares a statement on the server once a connection has run it
+``prepare_threshold`` times (5). Behind PgBouncer in transaction pooling mode (before 1.21,
+or without ``max_prepared_statements``) the next transaction may run on another server
+session, where the statement is missing or its name already taken. A URL ending in
+``?prepare_threshold=none`` turns preparation off (an integer sets the threshold); the
+option is psycopg's own name, read here because a URL carries only text.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from xsm_celery.errors import ConfigurationError, StoreUnavailableError
 __all__ = [
     "FILE_MODE",
     "PING_IDLE_S",
+    "PREPARE_THRESHOLD",
     "SQLITE_BUSY_TIMEOUT_S",
     "make_engine",
     "normalize_url",
@@ -52,6 +60,9 @@ _IDLE_SINCE = "xsm_idle_since"
 FILE_MODE = 0o600
 
 _PSYCOPG_ALIASES = {"postgresql", "postgres", "postgresql+psycopg"}
+
+#: The URL query option that sets psycopg's ``prepare_threshold`` (``none`` disables it).
+PREPARE_THRESHOLD = "prepare_threshold"
 
 
 def normalize_url(url: str | URL) -> URL:
@@ -108,14 +119,17 @@ def make_engine(url: str | URL, *, must_exist: bool = False, **kwargs: Any) -> E
         url: A SQLAlchemy URL; ``sqlite:///rel.db`` is relative to the working directory,
             ``sqlite:////abs.db`` absolute.
         must_exist: Refuse a SQLite file that does not exist instead of creating it.
+            ``postgresql://user@pgbouncer:6432/db?prepare_threshold=none`` turns psycopg's
+            server-side prepared statements off, for PgBouncer in transaction mode.
         kwargs: Passed to ``sqlalchemy.create_engine``.
 
     Raises:
         StoreUnavailableError: ``must_exist`` and the SQLite file is missing, or its folder
             does not exist.
-        ConfigurationError: the URL cannot be parsed or names no installed driver.
+        ConfigurationError: the URL cannot be parsed, names no installed driver, or has a
+            ``prepare_threshold`` that is neither ``none`` nor an integer.
     """
-    parsed = normalize_url(url)
+    parsed = _take_prepare_threshold(normalize_url(url), kwargs)
     path = sqlite_path(parsed)
     if path is not None:
         _prepare_sqlite_file(path, must_exist=must_exist, url=parsed)
@@ -137,6 +151,29 @@ def make_engine(url: str | URL, *, must_exist: bool = False, **kwargs: Any) -> E
         _ping_when_idle(engine)
     _dispose_after_fork(engine)
     return engine
+
+
+def _take_prepare_threshold(url: URL, kwargs: dict[str, Any]) -> URL:
+    """Move ``?prepare_threshold=`` from ``url`` into psycopg's connect arguments.
+
+    SQLAlchemy would pass the query value on as a string, which psycopg does not convert.
+    """
+    value = url.query.get(PREPARE_THRESHOLD)
+    if value is None or url.drivername != "postgresql+psycopg":
+        return url
+    text = value if isinstance(value, str) else value[-1]
+    threshold: int | None
+    if text.strip().lower() in ("none", "null", ""):
+        threshold = None
+    elif text.strip().isdigit():
+        threshold = int(text)
+    else:
+        raise ConfigurationError(
+            f"{PREPARE_THRESHOLD}={text!r} in {safe_url(url)!r} is neither 'none' nor a "
+            "whole number; use prepare_threshold=none behind PgBouncer in transaction mode"
+        )
+    kwargs.setdefault("connect_args", {}).setdefault(PREPARE_THRESHOLD, threshold)
+    return url.difference_update_query([PREPARE_THRESHOLD])
 
 
 def _prepare_sqlite_file(path: Path, *, must_exist: bool, url: URL) -> None:
