@@ -28,6 +28,12 @@
    10 % of the no-op task's cost.
 3. Deferral throughput: deliveries of a task over its fleet rate, each re-published with
    its countdown to a Redis broker, per second.
+4. What the topology costs: the same token bucket and a bare round trip (an ``EXISTS`` of the
+   bucket's key, routed like the script) on one Redis and on a three-primary Redis Cluster
+   that the bench starts on loopback ports (``bench.topologies``) and stops afterwards.
+   The cluster client finds the node of each call's hash tag itself, so the bucket still
+   costs one round trip; "vs bare" compares each bucket with the bare call on the same
+   topology. Skipped when ``redis-server`` and ``redis-cli`` are not installed.
 
 Needs the shared Redis on 127.0.0.1:6379 (``XSM_BENCH_REDIS_URL`` to change it); every key
 and queue is unique to the run and removed afterwards. Run: ``python -m bench fleet``.
@@ -237,6 +243,48 @@ def deferral_rows() -> list[list[str]]:
     ]
 
 
+def cluster_rows() -> list[list[str]]:
+    """Us per token-bucket admission and per bare round trip, on one Redis and on a cluster."""
+    import redis
+
+    from bench.topologies import ClusterUnavailableError, start_cluster
+    from xsm_celery.redis.connection import redis_client
+    from xsm_celery.redis.fleet_store import FleetRedis
+    from xsm_celery.redis.rate_limit import RedisTokenBucket
+
+    try:
+        nodes = start_cluster()
+    except ClusterUnavailableError as exc:
+        print(f"{exc}; the cluster rows are skipped")
+        return []
+    cluster = redis_client(nodes.url)
+    try:
+        single = redis.Redis.from_url(REDIS_URL)
+        topologies = {
+            "one Redis": (single, FleetRedis(single, prefix=PREFIX)),
+            "Redis Cluster, 3 primaries": (cluster, FleetRedis(cluster, prefix=PREFIX)),
+        }
+        fns: dict[str, Callable[[], object]] = {}
+        for label, (client, store) in topologies.items():
+            bucket = RedisTokenBucket(store, "bench-topology", 1e6, burst=10**6)
+            bucket.try_acquire()
+            key = bucket._keys[0]
+            fns[f"{label}: bare round trip (EXISTS)"] = lambda c=client, k=key: c.exists(k)
+            fns[f"{label}: fleet token bucket"] = bucket.try_acquire
+        runs = _rounds(fns, 200, rounds=15)
+    finally:
+        cluster.close()
+        nodes.stop()
+    rows = []
+    for label in topologies:
+        bare = runs[f"{label}: bare round trip (EXISTS)"]
+        for name in (f"{label}: bare round trip (EXISTS)", f"{label}: fleet token bucket"):
+            values = runs[name]
+            ratio = statistics.median(us / b for us, b in zip(values, bare, strict=True))
+            rows.append([name, f"{min(values):.1f}", f"{ratio:.2f}x"])
+    return rows
+
+
 def _clean() -> None:
     import redis
 
@@ -247,7 +295,7 @@ def _clean() -> None:
 
 
 def main() -> None:
-    """Print the three tables."""
+    """Print the four tables."""
     import logging
 
     logging.getLogger("xsm_celery.celery.fleet.admission").setLevel(logging.WARNING)
@@ -258,6 +306,8 @@ def main() -> None:
         print(table(["per delivery", "us", "share"], breaker_rows()))
         print("\nDeferral throughput (one process)")
         print(table(["what", "rate", "cost"], deferral_rows()))
+        print("\nWhat the topology costs: token bucket vs a bare round trip on each")
+        print(table(["call", "best us/call", "vs bare (median)"], cluster_rows()))
     finally:
         _clean()
 

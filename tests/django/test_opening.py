@@ -76,5 +76,7 @@ def test_a_django_store_object_builds_its_family(sqlite_db: str) -> None:
 
 def test_markers_are_not_kept_in_django(sqlite_db: str) -> None:
     """The Django app has no markers table; the refusal lists where markers may go."""
-    with pytest.raises(ConfigurationError, match="use redis://, rediss://, memory://"):
+    with pytest.raises(
+        ConfigurationError, match="use redis://, rediss://, unix://, sentinel://, memory://"
+    ):
         open_store("django", "markers", setting="xsm_attempt_markers")

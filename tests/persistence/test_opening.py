@@ -149,6 +149,8 @@ def test_the_builtin_schemes_each_kind_accepts() -> None:
     assert schemes_for("markers") == (
         "redis",
         "rediss",
+        "unix",
+        "sentinel",
         "memory",
         "sqlite",
         "postgresql",

@@ -91,7 +91,7 @@ def test_mark_with_ttl_none_makes_the_entry_permanent(
     inbox = RedisInbox(client, prefix=prefix)
     inbox.claim("s", "k", "fp", ttl_s=5)
     inbox.mark("s", "k", "r", ttl_s=None)
-    assert client.ttl(f"{prefix}s\x00k") == -1
+    assert client.ttl(f"{prefix}{{scope:s}}\x00k") == -1
 
 
 def test_forget_drops_one_scope(client: redis.Redis[bytes], prefix: str) -> None:

@@ -149,7 +149,7 @@ def check_countdown_against_broker(countdown_max_s: float, conf: Mapping[str, An
     message waiting for its countdown is unacknowledged, so a longer countdown runs twice.
     """
     broker = conf.get("broker_url") or ""
-    if not isinstance(broker, str) or _scheme(broker) not in ("redis", "rediss", "sqs"):
+    if not isinstance(broker, str) or _scheme(broker) not in ("redis", "rediss", "sentinel", "sqs"):
         return
     options = conf.get("broker_transport_options") or {}
     raw = options.get("visibility_timeout", DEFAULT_VISIBILITY_TIMEOUT_S)

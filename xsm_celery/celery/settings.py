@@ -36,7 +36,9 @@ __all__ = [
     "DEFAULT_STORE_URL",
     "DEFAULT_WORKFLOW_OUTAGE_MAX_S",
     "DEFAULT_WORKFLOW_RECOVERY_GRACE_S",
+    "REDIS_URL_SCHEMES",
     "XsmSettings",
+    "broker_redis_url",
     "read_settings",
     "register_keys",
 ]
@@ -154,6 +156,33 @@ class XsmSettings:
 
 
 _FIELDS = {f"{_PREFIX}{name}" for name in XsmSettings.__dataclass_fields__}
+
+
+#: The URL spellings of a Redis (``xsm_celery.redis.connection`` opens them).
+REDIS_URL_SCHEMES = (
+    "redis://",
+    "rediss://",
+    "unix://",
+    "sentinel://",
+    "redis+cluster://",
+    "rediss+cluster://",
+)
+
+
+def broker_redis_url(broker: object, transport_options: object) -> str | None:
+    """The broker's URL when it names a Redis, else None.
+
+    A ``sentinel://`` broker names its service in ``broker_transport_options['master_name']``
+    (kombu's spelling); it is added to the URL as ``?master_name=``, which the fleet's own
+    Redis client reads.
+    """
+    if not isinstance(broker, str) or not broker.lower().startswith(REDIS_URL_SCHEMES):
+        return None
+    name = transport_options.get("master_name") if isinstance(transport_options, dict) else None
+    if not broker.lower().startswith("sentinel://") or not name or "master_name=" in broker:
+        return broker
+    joiner = "&" if "?" in broker.rsplit(";", 1)[-1] else "?"
+    return f"{broker}{joiner}master_name={name}"
 
 
 def register_keys(*keys: str, checks: Mapping[str, Check] | None = None) -> None:

@@ -8,9 +8,9 @@ returned as it is. Integrations register their schemes with ``register_scheme``.
 The package's own schemes are registered lazily, the way SQLAlchemy loads a dialect by name:
 the first URL with a built-in scheme imports the integration module that registers it
 (``sqlite``, ``postgresql``, ``postgres``: ``xsm_celery.sqlalchemy.opening``; ``redis``,
-``rediss``: ``xsm_celery.redis.opening``; ``django``: ``xsm_celery.django.stores.opening``;
-``memory``: ``xsm_celery.persistence.memory_opening``, and ``xsm_celery.eda.opening`` for
-dead letters). So the core imports no optional
+``rediss``, ``unix``, ``sentinel``: ``xsm_celery.redis.opening``; ``django``:
+``xsm_celery.django.stores.opening``; ``memory``: ``xsm_celery.persistence.memory_opening``,
+and ``xsm_celery.eda.opening`` for dead letters). So the core imports no optional
 package, a missing one is a ``MissingExtraError`` naming its extra, and checking a setting
 (``schemes_for``, ``methods_for``) imports nothing at all.
 
@@ -96,6 +96,8 @@ _REDIS = "xsm_celery.redis.opening"
 _BUILTIN: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("redis", _REDIS, frozenset({"markers", "inbox"})),
     ("rediss", _REDIS, frozenset({"markers", "inbox"})),
+    ("unix", _REDIS, frozenset({"markers", "inbox"})),
+    ("sentinel", _REDIS, frozenset({"markers", "inbox"})),
     (
         "memory",
         "xsm_celery.persistence.memory_opening",

@@ -349,7 +349,7 @@ class FleetBreaker:
             leaf = str(new_blob["snapshot"]["value"])
             reply = self.store.run(
                 "BREAKER_CAS",
-                (self._hash, self.store.index_key),
+                (self._hash, self.store.index_key(self.key)),
                 (
                     self._rev,
                     json.dumps(new_blob, separators=(",", ":")),

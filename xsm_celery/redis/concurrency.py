@@ -68,7 +68,11 @@ class RedisSlots:
         self.limit = limit
         self.aimd = aimd
         self.lease_ms = int(lease_s * 1000)
-        self._keys = (store.key(self.key), store.key(self.key, ":meta"), store.index_key)
+        self._keys = (
+            store.key(self.key),
+            store.key(self.key, ":meta"),
+            store.index_key(self.key),
+        )
 
     def try_acquire(self, holder: str | None = None) -> tuple[Decision, SlotLease | None]:
         """Take a slot for ``holder`` (a fresh id by default); the same holder gets it again.

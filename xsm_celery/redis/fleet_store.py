@@ -1,31 +1,43 @@
 """``FleetRedis``: the one Redis connection the fleet limiters, slots and breakers share.
 
-It owns the key layout (``<prefix><kind>:<name>``, plus the index sorted set that lists
-every key in use), loads the Lua scripts once, and turns every connection or timeout error
-into ``StoreUnavailableError``, so the Celery side can apply the option's Redis-down choice
-instead of failing the task. The socket timeouts are short on purpose: an admission that
+It owns the key layout, loads the Lua scripts once, and turns every connection or timeout
+error into ``StoreUnavailableError``, so the Celery side can apply the option's Redis-down
+choice instead of failing the task. The socket timeouts are short on purpose: an admission that
 cannot reach Redis must give up in well under a second, not hold the worker slot.
 
 The token bucket, the one call every rate-limited task makes, is packed once into its wire
 bytes (``packed``) and sent on a pooled connection (``send``), which saves redis-py's
 command building: about a fifth of a loopback round trip.
+
+Keys are ``<prefix>{<bucket>}<kind>:<name>`` (plus companions such as ``:tail``), where the
+bucket is one of ``INDEX_BUCKETS`` two-hex-digit hash tags chosen from the kind and name.
+Each bucket has its own index sorted set, ``<prefix>{<bucket>}index``, listing the keys used
+in it. A script call touches one key's state and its bucket's index, which share the tag,
+so every call runs on one node of a Redis Cluster (no ``CROSSSLOT``), and listing the fleet
+reads the ``INDEX_BUCKETS`` indexes in one pipeline instead of scanning the keyspace. The
+layout is the same on one Redis and on a cluster, so a fleet can move between them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from xsm_celery.checks import FLEET_PREFIX
 from xsm_celery.errors import ConfigurationError, StoreUnavailableError
 from xsm_celery.redis import scripts
+from xsm_celery.redis.connection import redis_client
 
 __all__ = [
     "DEFAULT_FLEET_PREFIX",
+    "INDEX_BUCKETS",
     "INDEX_MAX_AGE_MS",
     "FleetKey",
     "FleetRedis",
@@ -39,15 +51,19 @@ DEFAULT_FLEET_PREFIX = "xsm:fleet:"
 #: Keys not used for this long drop out of the index (their own TTLs expire the data).
 INDEX_MAX_AGE_MS = 86_400_000
 
+#: How many hash tags (and index sorted sets) the fleet's keys are spread over: enough for
+#: the limits to spread evenly over a cluster's nodes, few enough to list in one pipeline.
+INDEX_BUCKETS = 256
+
 T = TypeVar("T")
 
 _KINDS = ("rate", "window", "slots", "breaker")
 
 
 class FleetKey:
-    """Where one limiter, slot pool or breaker lives: its kind and its name."""
+    """Where one limiter, slot pool or breaker lives: its kind, its name and its bucket."""
 
-    __slots__ = ("kind", "name")
+    __slots__ = ("bucket", "kind", "name")
 
     def __init__(self, kind: str, name: str) -> None:
         if kind not in _KINDS:
@@ -56,6 +72,8 @@ class FleetKey:
             raise ConfigurationError(f"fleet key name must be a non-empty string, got {name!r}")
         self.kind = kind
         self.name = name
+        #: The hash tag shared by the key, its companions and its index (``"00"``-``"ff"``).
+        self.bucket = f"{zlib.crc32(self.member.encode()) % INDEX_BUCKETS:02x}"
 
     @property
     def member(self) -> str:
@@ -87,8 +105,10 @@ class FleetRedis:
     """Scripts, key names and error mapping over one ``redis.Redis`` client.
 
     Args:
-        client: A ``redis.Redis`` client, or a ``redis://`` URL (opened with 0.5 s socket
-            timeouts so a dead Redis is noticed quickly).
+        client: A ``redis.Redis`` client, or a Redis URL in any spelling of
+            ``redis_client`` (``redis://``, ``rediss://``, ``unix://``, ``sentinel://``,
+            ``redis+cluster://``), opened with 0.5 s socket timeouts (and, on a cluster,
+            short retries) so a dead Redis is noticed quickly.
         prefix: Prefix of every key; keep two fleets on one Redis apart with it
             (``checks.FLEET_PREFIX``: non-empty, at most 64 characters, no whitespace).
     """
@@ -96,9 +116,11 @@ class FleetRedis:
     def __init__(self, client: Any, *, prefix: str = DEFAULT_FLEET_PREFIX) -> None:
         FLEET_PREFIX.check("prefix", prefix)
         if isinstance(client, str):
-            client = redis.Redis.from_url(
-                client, socket_timeout=0.5, socket_connect_timeout=0.5, health_check_interval=0
-            )
+            client = redis_client(client, socket_timeout=0.5, health_check_interval=0)
+            if not isinstance(client, redis.Redis):
+                # A cluster client retries a lost node with backoff for seconds by default;
+                # an admission must give up as fast as on one Redis.
+                client.retry = Retry(ExponentialBackoff(cap=0.1, base=0.01), 2)
         self.client: redis.Redis[bytes] = client
         self.prefix = prefix
         self._scripts: dict[str, str] = {}
@@ -109,14 +131,16 @@ class FleetRedis:
             else None
         )
 
-    @property
-    def index_key(self) -> str:
-        """The sorted set that lists every fleet key, scored by its last use (Redis ms)."""
-        return f"{self.prefix}index"
+    def index_key(self, fleet_key: FleetKey) -> str:
+        """The sorted set listing the keys of ``fleet_key``'s bucket, scored by last use (ms)."""
+        return self._index(fleet_key.bucket)
+
+    def _index(self, bucket: str) -> str:
+        return f"{self.prefix}{{{bucket}}}index"
 
     def key(self, fleet_key: FleetKey, suffix: str = "") -> str:
         """The Redis key of ``fleet_key`` (with a suffix for its companion keys)."""
-        return f"{self.prefix}{fleet_key.kind}:{fleet_key.name}{suffix}"
+        return f"{self.prefix}{{{fleet_key.bucket}}}{fleet_key.kind}:{fleet_key.name}{suffix}"
 
     def run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Run the script ``scripts.<name>`` (``EVALSHA``); one flushed by a restart is reloaded.
@@ -221,8 +245,14 @@ class FleetRedis:
         def read() -> list[tuple[bytes, float]]:
             now_s, now_us = self.client.time()
             cutoff = now_s * 1000 + now_us // 1000 - INDEX_MAX_AGE_MS
-            self.client.zremrangebyscore(self.index_key, "-inf", cutoff)
-            return list(self.client.zrange(self.index_key, 0, -1, withscores=True))
+            # Not a transaction: a cluster pipeline sends each node its own indexes.
+            pipe = self.client.pipeline(transaction=False)
+            for bucket in range(INDEX_BUCKETS):
+                index = self._index(f"{bucket:02x}")
+                pipe.zremrangebyscore(index, "-inf", cutoff)
+                pipe.zrange(index, 0, -1, withscores=True)
+            replies = pipe.execute()
+            return [entry for reply in replies[1::2] for entry in reply]
 
         found: list[tuple[FleetKey, float]] = []
         for member, score in self.call(read):
@@ -235,10 +265,12 @@ class FleetRedis:
         """Delete a key's state and its index entry; returns how many Redis keys went."""
 
         def delete() -> int:
-            pipe = self.client.pipeline()
-            pipe.delete(*(self.key(fleet_key, s) for s in ("", *suffixes)))
-            pipe.zrem(self.index_key, fleet_key.member)
-            return int(pipe.execute()[0])
+            # One DEL per key: a cluster pipeline refuses a multi-key DEL.
+            pipe = self.client.pipeline(transaction=False)
+            for suffix in ("", *suffixes):
+                pipe.delete(self.key(fleet_key, suffix))
+            pipe.zrem(self.index_key(fleet_key), fleet_key.member)
+            return sum(int(n) for n in pipe.execute()[:-1])
 
         return self.call(delete)
 

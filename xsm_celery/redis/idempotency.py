@@ -17,6 +17,7 @@ import redis
 
 from xsm_celery.errors import StoreUnavailableError
 from xsm_celery.patterns.idempotency import Claim, check_ttl
+from xsm_celery.redis.connection import redis_client
 
 __all__ = ["DEFAULT_IDEMPOTENCY_PREFIX", "RedisIdempotencyStore"]
 
@@ -58,7 +59,8 @@ class RedisIdempotencyStore:
     """An ``IdempotencyStore`` in Redis.
 
     Args:
-        client: A ``redis.Redis`` client or a ``redis://`` URL.
+        client: A ``redis.Redis`` client or a Redis URL (any spelling of ``redis_client``:
+            ``redis://``, ``rediss://``, ``unix://``, ``sentinel://``).
         prefix: Prefix of every key (keep services apart).
     """
 
@@ -66,7 +68,7 @@ class RedisIdempotencyStore:
         self, client: redis.Redis[bytes] | str, *, prefix: str = DEFAULT_IDEMPOTENCY_PREFIX
     ) -> None:
         self.client: redis.Redis[bytes] = (
-            redis.Redis.from_url(client) if isinstance(client, str) else client
+            redis_client(client) if isinstance(client, str) else client
         )
         self.prefix = prefix
         self._claim = self.client.register_script(_CLAIM)

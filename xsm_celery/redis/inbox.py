@@ -1,7 +1,10 @@
 """``RedisInbox``: processed idempotency keys in Redis, shared by every consumer process.
 
-Each entry is a hash (``fp``, ``receipt``, ``expires_at``) under ``<prefix><scope>\\x00<key>``
-with a Redis TTL, so expired entries disappear by themselves. ``claim`` is one Lua script
+Each entry is a hash (``fp``, ``receipt``, ``expires_at``) under
+``<prefix>{scope:<scope>}\\x00<key>`` with a Redis TTL, so expired entries disappear by
+themselves; the set ``<prefix>{scope:<scope>}`` lists a scope's entries for ``forget``. The
+hash tag puts a scope's entries and its set in one slot, so the scripts that write both run
+on a Redis Cluster (a scope's keys live on one node). ``claim`` is one Lua script
 (check and create in one step), so two consumers racing for the same envelope id cannot
 both win. Redis is not the snapshot store's transaction: the receipt is written right after
 the snapshot is saved, and a crash between the two leaves an in-flight claim that blocks a
@@ -19,6 +22,7 @@ import redis
 
 from xsm_celery.persistence.inbox import expiry_time
 from xsm_celery.persistence.protocols import InboxEntry
+from xsm_celery.redis.connection import redis_client
 from xsm_celery.redis.outages import redis_store_error
 
 __all__ = ["DEFAULT_PREFIX", "RedisInbox"]
@@ -56,7 +60,8 @@ class RedisInbox:
     """An ``Inbox`` in Redis.
 
     Args:
-        client: A ``redis.Redis`` client or a ``redis://`` URL.
+        client: A ``redis.Redis`` client or a Redis URL (any spelling of ``redis_client``:
+            ``redis://``, ``rediss://``, ``unix://``, ``sentinel://``).
         prefix: Prefix of every key (keep inboxes of different services apart).
         clock: Epoch-seconds clock used for ``expires_at`` (Redis' own TTL expires keys).
     """
@@ -69,7 +74,7 @@ class RedisInbox:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.client: redis.Redis[bytes] = (
-            redis.Redis.from_url(client) if isinstance(client, str) else client
+            redis_client(client) if isinstance(client, str) else client
         )
         self.prefix = prefix
         self._clock = clock
@@ -78,10 +83,11 @@ class RedisInbox:
         self._release = self.client.register_script(_RELEASE)
 
     def _key(self, scope: str, key: str) -> str:
-        return f"{self.prefix}{scope}\x00{key}"
+        return f"{self._index(scope)}\x00{key}"
 
     def _index(self, scope: str) -> str:
-        return f"{self.prefix}\x00scope\x00{scope}"
+        # The tag's ``scope:`` keeps it non-empty (an empty ``{}`` is no tag) for any scope.
+        return f"{self.prefix}{{scope:{scope}}}"
 
     def _expiry(self, ttl_s: float | None) -> tuple[str, int]:
         """``expires_at`` as stored ('' for never) and the TTL in ms (0 for none)."""

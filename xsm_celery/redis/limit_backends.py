@@ -74,7 +74,7 @@ class RedisRateLimitBackend:
             keys = (
                 self.store.key(fleet_key),
                 self.store.key(fleet_key, ":tail"),
-                self.store.index_key,
+                self.store.index_key(fleet_key),
             )
             member = uuid.uuid4().hex[:12]
             args = (int(spec.rate), int(spec.per_s * 1000), member, math.ceil(cost), "0")
@@ -84,7 +84,7 @@ class RedisRateLimitBackend:
             fleet_key = FleetKey("rate", key)
             reply = self.store.run(
                 "TOKEN_BUCKET",
-                (self.store.key(fleet_key), self.store.index_key),
+                (self.store.key(fleet_key), self.store.index_key(fleet_key)),
                 (
                     repr(spec.tokens_per_s / 1000.0),
                     repr(spec.capacity),
@@ -129,7 +129,7 @@ class RedisConcurrencyBackend:
         fleet_key, zset, meta = self._keys(key)
         reply = self.store.run(
             "CONCURRENCY_ACQUIRE",
-            (zset, meta, self.store.index_key),
+            (zset, meta, self.store.index_key(fleet_key)),
             (holder, limit, lease_ms, limit, fleet_key.member),
         )
         allowed = int(reply[0]) == 1

@@ -33,7 +33,9 @@ from typing import Any
 
 import redis
 
+from xsm_celery.errors import ConfigurationError
 from xsm_celery.persistence.markers import MARKER_KEY_PREFIX
+from xsm_celery.redis.connection import redis_client
 
 __all__ = ["DRAIN_EVERY", "MARKER_KEY_PREFIX", "RedisAttemptMarkers"]
 
@@ -99,11 +101,18 @@ class RedisAttemptMarkers:
     """Markers as expiring Redis keys, one dedicated connection per thread.
 
     Args:
-        url: The Redis URL (``redis://`` or ``rediss://``).
+        url: The Redis URL, any spelling of ``redis_client`` (``redis://``, ``rediss://``,
+            ``unix://``, ``sentinel://``).
         ttl_s: Seconds a marker lives; it only has to outlive a redelivery.
     """
 
     def __init__(self, url: str, ttl_s: float) -> None:
+        if url.split("://", 1)[0].lower().endswith("+cluster"):
+            # A cluster client has no one pool to take a connection from: each node has its own.
+            raise ConfigurationError(
+                f"attempt markers need one Redis server or a Sentinel group, not {url!r}; give "
+                "a redis://, rediss://, unix:// or sentinel:// URL, or a database URL"
+            )
         self._url = url
         self._ttl = max(1, int(ttl_s))
         ttl = str(self._ttl).encode()
@@ -132,10 +141,15 @@ class RedisAttemptMarkers:
             if held is not None and line.pending < DRAIN_EVERY - 1:
                 held.sendall(command, _MSG_MORE)
             else:
+                if line.sock is None:
+                    # connect(), not send's implicit reconnect: a Sentinel connection asks
+                    # for the current primary only there.
+                    line.conn.connect()
                 line.conn.send_packed_command([command], check_health=False)
         except OSError:
             line.conn.disconnect()
             line.pending, line.tail = 0, b""  # the old connection's replies will never come
+            line.conn.connect()
             line.conn.send_packed_command([command], check_health=False)
         line.pending += 1
 
@@ -146,15 +160,30 @@ class RedisAttemptMarkers:
             self._drain(line)
 
     def started(self, task_id: str) -> int | None:
-        """The recorded attempt, if the key has not expired."""
+        """The recorded attempt, if the key has not expired.
+
+        A connection that broke since the last call (a Redis restart, a Sentinel failover)
+        is reconnected once: only a Redis still down makes the read fail. Reconnecting goes
+        through ``connect()``, where a Sentinel connection asks for the current primary;
+        redis-py's implicit reconnect in ``send_command`` would dial the old address.
+        """
         line = getattr(self._local, "line", None) or self._line()
         self._drain(line)
-        line.conn.send_command("GET", MARKER_KEY_PREFIX + task_id)
-        value = line.conn.read_response()
+        try:
+            line.refresh()
+            if line.sock is None:
+                line.conn.connect()
+            line.conn.send_command("GET", MARKER_KEY_PREFIX + task_id)
+            value = line.conn.read_response()
+        except (redis.ConnectionError, redis.ReadOnlyError):
+            line.conn.disconnect()
+            line.conn.connect()
+            line.conn.send_command("GET", MARKER_KEY_PREFIX + task_id)
+            value = line.conn.read_response()
         return None if value is None else int(value)
 
     def _line(self) -> _Line:
-        pool = redis.ConnectionPool.from_url(self._url)
+        pool = _marker_pool(self._url)
         # types-redis predates the no-argument form that redis-py 5.3+ asks for.
         line = self._local.line = _Line(pool.get_connection())  # type: ignore[call-arg]
         self._local.pool = pool
@@ -194,6 +223,19 @@ class RedisAttemptMarkers:
             line.conn.disconnect()
         line.pending = 0
         line.tail = b""
+
+
+def _marker_pool(url: str) -> redis.ConnectionPool:
+    """The connection pool a thread's marker connection comes from.
+
+    A plain ``redis://`` URL gets a bare pool (the connection is all the markers use); any
+    other spelling goes through ``redis_client``, so a ``sentinel://`` connection asks the
+    sentinels for the primary each time it connects and a ``rediss://`` one talks TLS.
+    """
+    if url.lower().startswith("redis://"):
+        return redis.ConnectionPool.from_url(url)
+    pool: redis.ConnectionPool = redis_client(url).connection_pool
+    return pool
 
 
 def _held_socket(sock: object) -> socket.socket | None:

@@ -1,4 +1,7 @@
-"""The ``redis://`` and ``rediss://`` stores, registered with the seam: attempt markers, inbox.
+"""The Redis stores, registered with the seam for every Redis URL spelling: markers, inbox.
+
+The schemes are ``redis``, ``rediss``, ``unix`` and ``sentinel`` (spelled as
+``xsm_celery.redis.connection`` says).
 
 Imported by ``xsm_celery.persistence.opening`` the first time such a URL is opened.
 """
@@ -12,7 +15,7 @@ from xsm_celery.redis.markers import RedisAttemptMarkers
 __all__ = ["SCHEMES"]
 
 #: The URL schemes served here.
-SCHEMES = ("redis", "rediss")
+SCHEMES = ("redis", "rediss", "unix", "sentinel")
 
 
 def _markers(request: StoreRequest) -> object:

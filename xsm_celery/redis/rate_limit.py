@@ -66,7 +66,7 @@ class RedisTokenBucket:
             if burst is None
             else BURST.check_int("burst", burst)
         )
-        self._keys = (store.key(self.key), store.index_key)
+        self._keys = (store.key(self.key), store.index_key(self.key))
         # Encoded once: redis-py would encode these constant arguments on every call.
         self._rate_args = (repr(self.rate / (self.per * 1000.0)).encode(), str(self.burst).encode())
         self._member = self.key.member.encode()
@@ -113,7 +113,11 @@ class RedisSlidingWindow:
         self.limit = SLIDING_LIMIT.check_int("limit", limit)
         _count, per = check_rate(limit, window_s, name="limit", per_name="window_s")
         self.window_ms = per * 1000.0
-        self._keys = (store.key(self.key), store.key(self.key, ":tail"), store.index_key)
+        self._keys = (
+            store.key(self.key),
+            store.key(self.key, ":tail"),
+            store.index_key(self.key),
+        )
 
     def try_acquire(self, cost: int = 1, *, spread: bool = True) -> Decision:
         """Take ``cost`` places in the window if they are free; otherwise say when to come back.

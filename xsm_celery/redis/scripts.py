@@ -5,9 +5,11 @@ the time with ``TIME`` on the Redis server, never the worker's clock, so workers
 disagree still share one bucket, one set of leases and one cooldown. Redis 7 replicates
 scripts by their effects, which is what lets a script that calls ``TIME`` also write.
 
-Every script also stamps the key it decided on into the fleet index (a sorted set scored by
-the last use; the token bucket, the hottest script, restamps it and its own TTL at most
-every 10 s), which is how ``xsm-celery breakers`` lists per-customer keys nobody declared.
+Every script also stamps the key it decided on into its bucket's fleet index (a sorted set
+scored by the last use; the token bucket, the hottest script, restamps it and its own TTL at
+most every 10 s), which is how ``xsm-celery breakers`` lists per-customer keys nobody
+declared. The keys of one call always share a hash tag (``fleet_store``'s key layout), so
+each call runs on one node of a Redis Cluster.
 
 A denied request gets back the moment it should come back, and deferred callers queue up
 behind one another instead of all waking at the next token: the token bucket reserves the

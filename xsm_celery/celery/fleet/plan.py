@@ -32,6 +32,8 @@ from xsm_celery.celery.fleet.options import (
 )
 from xsm_celery.celery.settings import (
     DECLARED_KEYS,
+    REDIS_URL_SCHEMES,
+    broker_redis_url,
 )
 from xsm_celery.celery.settings import (
     DEFAULT_FLEET_MAX_DEFERRAL_S as DEFAULT_MAX_DEFERRAL_S,
@@ -90,15 +92,12 @@ def fleet_settings(app: Any) -> FleetSettings:
     conf = app.conf
     url = conf.get("xsm_redis_url")
     if url is None:
-        broker = conf.broker_url
-        url = (
-            broker
-            if isinstance(broker, str) and broker.startswith(("redis://", "rediss://"))
-            else None
-        )
-    elif not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
+        url = broker_redis_url(conf.broker_url, conf.get("broker_transport_options"))
+    elif not isinstance(url, str) or not url.lower().startswith(REDIS_URL_SCHEMES):
         raise ConfigurationError(
-            f"xsm_redis_url={url!r} must be a redis:// URL, for example redis://127.0.0.1:6379/0"
+            f"xsm_redis_url={url!r} must be a Redis URL, for example redis://127.0.0.1:6379/0, "
+            "rediss://host:6380/0?ssl_cert_reqs=required&ssl_ca_certs=/ca.pem or "
+            "sentinel://h1:26379;sentinel://h2:26379/0?master_name=mymaster"
         )
     breakers = conf.get("xsm_breakers") or {}
     if not isinstance(breakers, dict) or not all(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from xsm_celery.celery.settings import broker_redis_url
 from xsm_celery.errors import ConfigurationError
 from xsm_celery.persistence.markers import MARKER_KEY_PREFIX, AttemptMarkers, MemoryAttemptMarkers
 from xsm_celery.persistence.opening import open_store, scheme_of, schemes_for
@@ -77,10 +78,18 @@ def open_attempt_markers(
 
 
 def _auto_url(app: Any) -> str | None:
-    """The broker's URL if it is Redis, else the result backend's if that is Redis."""
-    for url in (app.conf.broker_url, app.conf.result_backend):
-        if isinstance(url, str) and url.startswith(("redis://", "rediss://")):
-            return url
+    """The broker's URL if it is Redis, else the result backend's if that is Redis.
+
+    A ``sentinel://`` broker's service name comes from ``broker_transport_options``.
+    """
+    conf = app.conf
+    for url, options in (
+        (conf.broker_url, conf.get("broker_transport_options")),
+        (conf.result_backend, conf.get("result_backend_transport_options")),
+    ):
+        found = broker_redis_url(url, options)
+        if found is not None and not found.lower().startswith(("redis+", "rediss+")):
+            return found
     return None
 
 
