@@ -29,11 +29,12 @@
 3. Deferral throughput: deliveries of a task over its fleet rate, each re-published with
    its countdown to a Redis broker, per second.
 4. What the topology costs: the same token bucket and a bare round trip (an ``EXISTS`` of the
-   bucket's key, routed like the script) on one Redis and on a three-primary Redis Cluster
-   that the bench starts on loopback ports (``bench.topologies``) and stops afterwards.
-   The cluster client finds the node of each call's hash tag itself, so the bucket still
-   costs one round trip; "vs bare" compares each bucket with the bare call on the same
-   topology. Skipped when ``redis-server`` and ``redis-cli`` are not installed.
+   bucket's key, routed like the script) on one Redis, on a three-primary Redis Cluster and
+   on a Redis that speaks only TLS, the last two started by the bench on loopback ports
+   (``bench.topologies``) and stopped afterwards. The cluster client finds the node of each
+   call's hash tag itself, so the bucket still costs one round trip; "vs bare" compares each
+   bucket with the bare call on the same topology. A topology whose binaries
+   (``redis-server``, ``redis-cli``, ``openssl``) are missing is skipped.
 
 Needs the shared Redis on 127.0.0.1:6379 (``XSM_BENCH_REDIS_URL`` to change it); every key
 and queue is unique to the run and removed afterwards. Run: ``python -m bench fleet``.
@@ -42,6 +43,7 @@ and queue is unique to the run and removed afterwards. Run: ``python -m bench fl
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import time
 import uuid
@@ -243,40 +245,50 @@ def deferral_rows() -> list[list[str]]:
     ]
 
 
-def cluster_rows() -> list[list[str]]:
-    """Us per token-bucket admission and per bare round trip, on one Redis and on a cluster."""
+def topology_rows() -> list[list[str]]:
+    """Us per token-bucket admission and per bare round trip: one Redis, a cluster, TLS."""
+    import tempfile
+    from contextlib import ExitStack
+    from pathlib import Path
+
     import redis
 
-    from bench.topologies import ClusterUnavailableError, start_cluster
+    from bench.topologies import TlsRedis, TopologyUnavailableError, start_cluster
     from xsm_celery.redis.connection import redis_client
     from xsm_celery.redis.fleet_store import FleetRedis
     from xsm_celery.redis.rate_limit import RedisTokenBucket
 
-    try:
-        nodes = start_cluster()
-    except ClusterUnavailableError as exc:
-        print(f"{exc}; the cluster rows are skipped")
-        return []
-    cluster = redis_client(nodes.url)
-    try:
-        single = redis.Redis.from_url(REDIS_URL)
-        topologies = {
-            "one Redis": (single, FleetRedis(single, prefix=PREFIX)),
-            "Redis Cluster, 3 primaries": (cluster, FleetRedis(cluster, prefix=PREFIX)),
-        }
+    with ExitStack() as stack:
+        clients: dict[str, redis.Redis[bytes]] = {"one Redis": redis.Redis.from_url(REDIS_URL)}
+        try:
+            nodes = start_cluster()
+            stack.callback(nodes.stop)
+            clients["Redis Cluster, 3 primaries"] = redis_client(nodes.url)
+        except TopologyUnavailableError as exc:
+            print(f"{exc}; the cluster rows are skipped")
+        folder = Path(tempfile.mkdtemp(prefix="xsm-bench-tls-"))
+        tls = TlsRedis(folder)
+        stack.callback(shutil.rmtree, folder, ignore_errors=True)
+        stack.callback(tls.stop)
+        try:
+            tls.start()
+            clients["one Redis over TLS"] = redis_client(tls.url)
+        except TopologyUnavailableError as exc:
+            print(f"{exc}; the TLS rows are skipped")
+        for client in clients.values():
+            stack.callback(client.close)
         fns: dict[str, Callable[[], object]] = {}
-        for label, (client, store) in topologies.items():
-            bucket = RedisTokenBucket(store, "bench-topology", 1e6, burst=10**6)
+        for label, client in clients.items():
+            bucket = RedisTokenBucket(
+                FleetRedis(client, prefix=PREFIX), "bench-topology", 1e6, burst=10**6
+            )
             bucket.try_acquire()
             key = bucket._keys[0]
             fns[f"{label}: bare round trip (EXISTS)"] = lambda c=client, k=key: c.exists(k)
             fns[f"{label}: fleet token bucket"] = bucket.try_acquire
         runs = _rounds(fns, 200, rounds=15)
-    finally:
-        cluster.close()
-        nodes.stop()
     rows = []
-    for label in topologies:
+    for label in clients:
         bare = runs[f"{label}: bare round trip (EXISTS)"]
         for name in (f"{label}: bare round trip (EXISTS)", f"{label}: fleet token bucket"):
             values = runs[name]
@@ -307,7 +319,7 @@ def main() -> None:
         print("\nDeferral throughput (one process)")
         print(table(["what", "rate", "cost"], deferral_rows()))
         print("\nWhat the topology costs: token bucket vs a bare round trip on each")
-        print(table(["call", "best us/call", "vs bare (median)"], cluster_rows()))
+        print(table(["call", "best us/call", "vs bare (median)"], topology_rows()))
     finally:
         _clean()
 

@@ -15,14 +15,14 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from bench.topologies import ClusterUnavailableError, RedisClusterNodes, start_cluster
-from tests import services
+from bench.topologies import RedisClusterNodes, start_cluster
 from tests.patterns.contract_idempotency import IdempotencyStoreContract
 from tests.patterns.contract_limit_backends import (
     BreakerStateBackendContract,
     ConcurrencyBackendContract,
     RateLimitBackendContract,
 )
+from tests.redis.topologies import or_skip
 from xsm_celery.checks import FLEET_LEASE_S
 from xsm_celery.errors import CircuitOpenError, StoreUnavailableError
 from xsm_celery.redis import RedisIdempotencyStore, RedisInbox
@@ -48,12 +48,7 @@ NAMES = [f"customer-{i}" for i in range(24)]
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[RedisClusterNodes]:
     """A three-primary Redis Cluster of this module's own."""
-    try:
-        nodes = start_cluster()
-    except ClusterUnavailableError as exc:
-        if services.in_ci():
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
+    nodes = or_skip(start_cluster)
     yield nodes
     nodes.stop()
 
@@ -225,12 +220,7 @@ def test_the_inbox_claims_marks_releases_and_forgets_on_every_node(
 
 def test_a_lost_primary_fails_its_limits_fast_and_spares_the_others() -> None:
     """With one of three primaries killed, its limits fail within a second; the rest admit."""
-    try:
-        nodes = start_cluster()
-    except ClusterUnavailableError as exc:
-        if services.in_ci():
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
+    nodes = or_skip(start_cluster)
     try:
         store = FleetRedis(nodes.url, prefix="xsm-test-cluster-lost:")
         buckets = [RedisTokenBucket(store, name, 10, burst=10) for name in NAMES]

@@ -1,6 +1,6 @@
 """The fleet limits, attempt markers and the inbox over Sentinel and TLS, with a failover.
 
-Every topology is started by the tests on loopback ports (``tests.redis.topologies``).
+Every topology is started by the tests on loopback ports (``bench.topologies``).
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
@@ -18,12 +17,13 @@ import redis
 from celery import Celery
 from celery.exceptions import Ignore
 
+from bench.topologies import SERVICE, SentinelGroup, TlsRedis
 from tests import services
 from tests.celery.admission_support import deliver
 from tests.celery.conftest import _with_db
 from tests.celery.workers import BACKEND_DB, Cluster, wait_for
 from tests.redis import sentinel_workerapp
-from tests.redis.topologies import SERVICE, SentinelGroup, TlsRedis
+from tests.redis.topologies import started
 from xsm_celery.celery import Xsm
 from xsm_celery.celery.fleet.admission import FLEET_COUNTERS
 from xsm_celery.celery.fleet.plan import RateLimit
@@ -38,30 +38,22 @@ from xsm_celery.redis.rate_limit import RedisTokenBucket
 pytestmark = pytest.mark.slow
 
 
-def _started(topology: Any) -> Iterator[Any]:
-    try:
-        topology.start()
-        yield topology
-    finally:
-        topology.stop()
-
-
 @pytest.fixture(scope="module")
 def sentinel_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelGroup]:
     """A Sentinel group shared by the tests that do not fail it over."""
-    yield from _started(SentinelGroup(tmp_path_factory.mktemp("sentinel")))
+    yield from started(SentinelGroup(tmp_path_factory.mktemp("sentinel")))
 
 
 @pytest.fixture
 def failing_group(tmp_path: Path) -> Iterator[SentinelGroup]:
     """A Sentinel group of this test's own, which it fails over."""
-    yield from _started(SentinelGroup(tmp_path))
+    yield from started(SentinelGroup(tmp_path))
 
 
 @pytest.fixture(scope="module")
 def tls_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsRedis]:
     """A Redis that speaks only TLS."""
-    yield from _started(TlsRedis(tmp_path_factory.mktemp("tls")))
+    yield from started(TlsRedis(tmp_path_factory.mktemp("tls")))
 
 
 @pytest.fixture(params=["sentinel", "tls"])
