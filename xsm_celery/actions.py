@@ -7,10 +7,16 @@ does; the implementation lives in :mod:`xsm_celery.engine.actions`.
 from __future__ import annotations
 
 from xsm_celery.engine.actions import (
+    ActionEnqueuer,
     assign,
     cancel,
+    choose,
     emit,
+    enqueue_actions,
+    escalate,
+    forward_to,
     log,
+    pure,
     raise_,
     send_parent,
     send_to,
@@ -19,10 +25,16 @@ from xsm_celery.engine.actions import (
 )
 
 __all__ = [
+    "ActionEnqueuer",
     "assign",
     "cancel",
+    "choose",
     "emit",
+    "enqueue_actions",
+    "escalate",
+    "forward_to",
     "log",
+    "pure",
     "raise_",
     "send_parent",
     "send_to",

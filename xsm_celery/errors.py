@@ -12,6 +12,7 @@ uses) to catch everything the library raises on purpose. The tree::
       - ExecutionError: raised while a machine runs
         - InterpreterStoppedError
         - RunawayChainError
+        - ExplorationLimitError: the graph tools found more configurations than max_configs
         - ChoreographyUnsettledError (also a RuntimeError): run_until_quiet hit max_rounds
         - AsyncServiceError: SyncInterpreter was handed an async service or action
         - ContextValidationError: the context failed the machine's context model after a step
@@ -80,6 +81,7 @@ __all__ = [
     "EnvelopeError",
     "EnvelopeTooLargeError",
     "ExecutionError",
+    "ExplorationLimitError",
     "IdempotencyInProgressError",
     "ImplementationMissingError",
     "InterpreterStoppedError",
@@ -207,6 +209,21 @@ class RunawayChainError(ExecutionError):
     def __init__(self, message: str, *, limit: int = 0) -> None:
         self.limit = limit
         super().__init__(message)
+
+
+class ExplorationLimitError(ExecutionError):
+    """Raised when the graph tools find more configurations than ``max_configs`` allows.
+
+    ``limit`` is that bound. Parallel regions multiply configurations, so raise the bound,
+    pass ``max_configs=None``, or explore a smaller chart (one region at a time).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        super().__init__(
+            f"the chart has more than {limit} configurations; pass a larger max_configs= "
+            "(or None for no bound), or lower max_depth="
+        )
 
 
 class ChoreographyUnsettledError(ExecutionError, RuntimeError):

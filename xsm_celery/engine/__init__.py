@@ -5,6 +5,23 @@ Standard library only. The public names are re-exported from ``xsm_celery`` too.
 
 from __future__ import annotations
 
+from xsm_celery.engine.actions import (
+    ActionEnqueuer,
+    assign,
+    cancel,
+    choose,
+    emit,
+    enqueue_actions,
+    escalate,
+    forward_to,
+    log,
+    pure,
+    raise_,
+    send_parent,
+    send_to,
+    spawn_child,
+    stop_child,
+)
 from xsm_celery.engine.aio import Interpreter
 from xsm_celery.engine.chart import ActionDef, AfterDef, GuardDef, InvokeDef, StateNode, Transition
 from xsm_celery.engine.clock import Clock, RealClock, SimulatedClock, TimerHandle, WallClock
@@ -29,6 +46,13 @@ from xsm_celery.engine.plugins import (
     register_global,
     unregister_global,
 )
+from xsm_celery.engine.pure_step import (
+    PureSnapshot,
+    get_initial_snapshot,
+    get_next_snapshot,
+    initial_transition,
+    pure_transition,
+)
 from xsm_celery.engine.redact import (
     DEFAULT_REDACT_KEYS,
     PRIVATE_CONTEXT_PREFIX,
@@ -38,6 +62,7 @@ from xsm_celery.engine.redact import (
 )
 from xsm_celery.engine.snapshot import DEFAULT_MAX_SNAPSHOT_BYTES
 from xsm_celery.engine.sync import SyncInterpreter
+from xsm_celery.engine.waiting import to_promise, wait_for, wait_for_sync
 
 __all__ = [
     # Machines
@@ -57,6 +82,31 @@ __all__ = [
     "Interpreter",
     "SyncInterpreter",
     "DEFAULT_MAX_SNAPSHOT_BYTES",
+    "to_promise",
+    "wait_for",
+    "wait_for_sync",
+    # Pure transitions
+    "PureSnapshot",
+    "get_initial_snapshot",
+    "get_next_snapshot",
+    "initial_transition",
+    "pure_transition",
+    # Built-in action creators
+    "ActionEnqueuer",
+    "assign",
+    "cancel",
+    "choose",
+    "emit",
+    "enqueue_actions",
+    "escalate",
+    "forward_to",
+    "log",
+    "pure",
+    "raise_",
+    "send_parent",
+    "send_to",
+    "spawn_child",
+    "stop_child",
     # Events
     "ENGINE_EVENT_PREFIXES",
     "EngineEvent",

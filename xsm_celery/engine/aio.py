@@ -3,17 +3,19 @@
 The step itself never awaits; what the async driver adds is how work arrives. Services that
 return an awaitable run as tasks on the loop and report back through ``onDone``/``onError``;
 events from other threads are drained by the loop; with a ``WallClock`` the loop wakes the
-interpreter when its next timer is due.
+interpreter when its next timer is due; a long run (a chain of raised events) gives the loop
+a turn every ``YIELD_EVERY`` microsteps (see :mod:`~xsm_celery.engine.chains`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
-from xsm_celery.engine import delivery, services
+from xsm_celery.engine import chains, delivery, services
 from xsm_celery.engine.awaiting import await_value
 from xsm_celery.engine.effects import action_failed
 from xsm_celery.engine.events import Event, Receipt, to_event
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
     from xsm_celery.engine.chart import ActionDef, InvokeDef, StateNode
     from xsm_celery.engine.clock import Clock
     from xsm_celery.engine.machine import Machine
+    from xsm_celery.engine.runtime import StepResult
 
 __all__ = ["Interpreter", "Sent"]
 
@@ -36,16 +39,29 @@ T = TypeVar("T")
 
 
 class Sent(Generic[T]):
-    """What ``Interpreter.send()`` returns: the event has run; awaiting yields to the loop once."""
+    """What ``Interpreter.send()`` returns: awaiting it yields the receipt (or None).
 
-    __slots__ = ("receipt",)
+    Usually the event has run by the time ``send()`` returns and awaiting yields to the loop
+    once. When it started a run longer than one slice, or arrived while such a run was
+    open, ``pending`` is the future of its outcome: awaiting waits for it, and raises the
+    run's error (``RunawayChainError``) if it ended in one.
+    """
 
-    def __init__(self, receipt: T) -> None:
+    __slots__ = ("keep", "pending", "receipt")
+
+    def __init__(
+        self, receipt: T, pending: asyncio.Future[Any] | None = None, keep: bool = True
+    ) -> None:
         self.receipt = receipt
+        self.pending = pending
+        self.keep = keep
 
     def __await__(self) -> Generator[Any, None, T]:
-        yield from asyncio.sleep(0).__await__()
-        return self.receipt
+        if self.pending is None:
+            yield from asyncio.sleep(0).__await__()
+            return self.receipt
+        outcome = yield from self.pending.__await__()
+        return outcome if self.keep else None  # type: ignore[return-value]
 
 
 class Interpreter(Core):
@@ -63,7 +79,13 @@ class Interpreter(Core):
         self._wake_handle: asyncio.TimerHandle | None = None
         self._wake_due: float | None = None
         self._action_tasks: set[asyncio.Task[Any]] = set()
+        #: Async services started before the interpreter had a loop (a ``from_snapshot``
+        #: with ``restart_services`` outside one): they become tasks once it has one.
+        self._awaiting_loop: list[tuple[StateNode, ActorRef, Any]] = []
+        #: A long run left open between slices, and the callers' events waiting for it.
+        self._open_run = chains.OpenRun(self, self._bind_loop)
         super()._setup(machine, clock, context)
+        self._yield_every = chains.YIELD_EVERY
 
     def _bind_loop(self) -> asyncio.AbstractEventLoop | None:
         if self._loop is None:
@@ -71,17 +93,47 @@ class Interpreter(Core):
                 self._loop = asyncio.get_running_loop()
             except RuntimeError:
                 return None
+            self._resume_on_loop(self._loop)
         return self._loop
+
+    def _resume_on_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """First call on a loop: take up what a restore outside any loop had to leave.
+
+        ``from_snapshot`` is a plain call, often made before the loop runs; the timers it
+        re-armed then have no wake-up and the async services it restarted no task. Both are
+        scheduled here, for this interpreter and its child machines, so that ``await
+        start()`` (or the first ``send()``) resumes a restored interpreter on its own.
+        """
+        waiting, self._awaiting_loop = self._awaiting_loop, []
+        for node, actor, awaitable in waiting:
+            if actor.stopped:
+                _discard(awaitable)
+            else:
+                self._run_task(loop, node, actor, awaitable)
+        if self._timer_heap:
+            self._timers_armed()
+        for actor in list(self.children.values()):
+            if isinstance(actor.child, Interpreter):
+                actor.child._bind_loop()
 
     def _begin(self) -> None:
         self._bind_loop()
         super()._begin()
 
     async def start(self) -> Interpreter:
-        """Enter the initial states and settle them; returns ``self``."""
+        """Enter the initial states and settle them; returns ``self``.
+
+        Raises:
+            RunawayChainError: the initial chain does not settle within
+                ``machine.max_iterations``.
+        """
         self._bind_loop()
         self._begin()
-        await asyncio.sleep(0)
+        started = self._open_run.done
+        if started is not None:
+            await started
+        else:
+            await asyncio.sleep(0)
         return self
 
     @overload
@@ -100,15 +152,33 @@ class Interpreter(Core):
         The event is processed when ``send()`` is called, so an action (a plain function)
         may call ``interp.send(...)`` without awaiting it, exactly as on ``SyncInterpreter``;
         ``await interp.send(...)`` then gives the loop one turn and returns the receipt.
+        A run longer than ``YIELD_EVERY`` microsteps goes on after ``send()`` returns,
+        giving the loop a turn between slices; awaiting waits for its end. Events sent by
+        other coroutines meanwhile run after it, in order.
+
+        Raises:
+            InvalidEventError: not an event, or a payload nested deeper than
+                ``MAX_EVENT_DEPTH``.
+            RunawayChainError: (on ``send()`` or on awaiting it) the run does not settle
+                within ``machine.max_iterations``.
         """
         self._bind_loop()
-        return Sent(self._send(to_event(event_or_type, payload), wait))
+        receipt, pending, keep = self._open_run.submit(to_event(event_or_type, payload), wait)
+        return Sent(receipt, pending, keep)
 
     def send_events(self, events: Any) -> Sent[None]:
-        """Send each event of an iterable in order; await to yield to the loop once."""
+        """Send each event of an iterable in order; await to wait until the last has run."""
+        last: Sent[Any] = Sent(None)
         for event in events:
-            self._send(to_event(event, {}), False)
-        return Sent(None)
+            last = self.send(event)
+        return last
+
+    def _suspend(self, result: StepResult) -> None:
+        self._open_run.suspend(result)
+
+    def _defer_event(self, event: Event, wait: bool) -> Receipt | None:
+        self._open_run.defer(event, wait)
+        return None
 
     async def wait_for(
         self,
@@ -201,11 +271,16 @@ class Interpreter(Core):
         self._wake_due = None
 
     def _start_awaitable(self, inv: InvokeDef, node: StateNode, result: Any) -> None:
+        actor = track_actor(self, inv, node)
         loop = self._bind_loop()
         if loop is None:
-            super()._start_awaitable(inv, node, result)
+            self._awaiting_loop.append((node, actor, result))
             return
-        actor = track_actor(self, inv, node)
+        self._run_task(loop, node, actor, result)
+
+    def _run_task(
+        self, loop: asyncio.AbstractEventLoop, node: StateNode, actor: ActorRef, result: Any
+    ) -> None:
         task = loop.create_task(await_value(result))
         actor.task = task
         task.add_done_callback(lambda t: self._task_finished(node, actor, t))
@@ -250,4 +325,13 @@ class Interpreter(Core):
         for task in list(self._action_tasks):
             task.cancel()
         self._action_tasks.clear()
+        waiting, self._awaiting_loop = self._awaiting_loop, []
+        for _node, _actor, awaitable in waiting:
+            _discard(awaitable)
         super()._halt()
+
+
+def _discard(awaitable: Any) -> None:
+    """Close a coroutine that will never run, so it is not reported as never awaited."""
+    if inspect.iscoroutine(awaitable):
+        awaitable.close()

@@ -27,7 +27,7 @@ from xsm_celery.errors import InvalidConfigError
 
 __all__ = ["TreeBuilder"]
 
-ROOT_KEYS = frozenset({"context", "version", "predictableActionArguments"})
+ROOT_KEYS = frozenset({"context", "version", "predictableActionArguments", "maxIterations"})
 STATE_KEYS = frozenset(
     {
         "id",

@@ -26,6 +26,7 @@ from xsm_celery.engine.events import EngineEvent, Event
 from xsm_celery.engine.invoke import forget_actor, track_actor
 from xsm_celery.engine.machine import Machine
 from xsm_celery.engine.plugins import dispatch
+from xsm_celery.engine.state import RUNNING
 from xsm_celery.errors import SnapshotCorruptError
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from xsm_celery.engine.invoke import ActorRef
     from xsm_celery.engine.runtime import Core
 
-__all__ = ["child_failed", "restore_children", "saved_children", "start_child"]
+__all__ = ["child_driver", "child_failed", "restore_children", "saved_children", "start_child"]
 
 logger = logging.getLogger("xsm_celery.engine")
 
@@ -44,17 +45,69 @@ SnapshotOf = Callable[["Core"], dict[str, Any]]
 Restore = Callable[["Core", Any, Machine, "Clock | None"], None]
 
 
+#: Driver class to its child class (see :func:`child_driver`).
+_CHILD_DRIVERS: dict[type[Core], type[Core]] = {}
+
+
+def child_driver(driver: type[Core]) -> type[Core]:
+    """The class a child of a ``driver`` interpreter runs as: ``driver``, failing to its parent.
+
+    A child's step can start in many places: the parent's ``sendTo``, the child's own timer
+    on the clock, an event a callback actor posts, an async service finishing on the event
+    loop. Only the first has the parent on the stack; in the others an exception would escape
+    into ``SimulatedClock.increment()`` or the loop's exception handler and the parent would
+    never hear of it. The child class catches it where every step runs (``_run``) and makes it
+    the child's failure: the child is stopped and the parent gets ``error.platform.<id>``, as
+    XState delivers an actor's error to its parent. For the same reason a child's run is never
+    cut into slices that the async driver continues later (``_yield_every``): every run ends
+    inside ``_run``, and a run started by the parent's ``sendTo`` has settled when the parent's
+    step goes on, as on the sync engine. It keeps the driver's name, so ``repr()`` and
+    ``isinstance`` read as before.
+    """
+    if driver.__dict__.get("_runs_as_child"):
+        return driver
+    made = _CHILD_DRIVERS.get(driver)
+    if made is None:
+        base_run = driver._run
+        base_setup = driver._setup
+
+        def _setup(self: Core, machine: Machine, clock: Clock | None, context: Any) -> None:
+            base_setup(self, machine, clock, context)
+            self._yield_every = 0
+
+        def _run(self: Core, event: Event, body: Any = None) -> Any:
+            try:
+                return base_run(self, event, body)
+            except Exception as exc:
+                if not _step_failed(self, exc):
+                    raise
+                return self._result
+
+        made = type(
+            driver.__name__,
+            (driver,),
+            {
+                "_run": _run,
+                "_setup": _setup,
+                "_runs_as_child": True,
+                "__module__": driver.__module__,
+                "__qualname__": driver.__qualname__,
+                "__doc__": driver.__doc__,
+            },
+        )
+        _CHILD_DRIVERS[driver] = made
+    return made
+
+
 def start_child(core: Core, inv: InvokeDef, node: StateNode, machine: Machine, input: Any) -> None:
     """Create, register and start a child interpreter for ``inv``, owned by ``node``."""
-    child = type(core)(machine, clock=core.clock, input=input)
+    child = child_driver(type(core))(machine, clock=core.clock, input=input)
     _adopt(core, child, inv)
     actor = _attach(core, child, inv, node)
     try:
         child._begin()
     except Exception as exc:
-        forget_actor(core, node, actor)
-        actor.stop()
-        child_failed(core, inv, exc)
+        _fail(core, actor, exc)
 
 
 def _adopt(core: Core, child: Core, inv: InvokeDef) -> None:
@@ -90,6 +143,32 @@ def child_finished(child: Core) -> None:
     parent._post_internal(EngineEvent(inv.done_type, child.output, inv.id))
 
 
+def _step_failed(child: Core, exc: Exception) -> bool:
+    """A child's step raised: fail it to its parent; False if it is no longer a running child.
+
+    A child that is done, stopped or already forgotten re-raises: the error then belongs to
+    whoever is on the stack (a parent step that the child's ``done.invoke`` started, say).
+    """
+    parent = child.parent
+    inv = child._invoked_as
+    if parent is None or inv is None or child._status != RUNNING:
+        return False
+    actor = parent.children.get(inv.id)
+    if actor is None or actor.child is not child or actor.stopped:
+        return False
+    _fail(parent, actor, exc)
+    return True
+
+
+def _fail(parent: Core, actor: ActorRef, exc: BaseException) -> None:
+    """Forget and stop a failed child, then tell its parent."""
+    for node, actors in list(parent._actors.items()):
+        if actor in actors:
+            forget_actor(parent, node, actor)
+    actor.stop()
+    child_failed(parent, actor.definition, exc)
+
+
 def child_failed(core: Core, inv: InvokeDef, exc: BaseException) -> None:
     """A child that raised: the parent gets ``error.platform.<id>`` (queued or run now)."""
     logger.warning(
@@ -107,11 +186,7 @@ def _deliver_to_child(parent: Core, actor: ActorRef, event: Event) -> None:
     try:
         child._send(event, False)
     except Exception as exc:
-        for node, actors in list(parent._actors.items()):
-            if actor in actors:
-                forget_actor(parent, node, actor)
-        actor.stop()
-        child_failed(parent, actor.definition, exc)
+        _fail(parent, actor, exc)
 
 
 def saved_children(core: Core, snapshot_of: SnapshotOf) -> dict[str, Any]:
@@ -158,7 +233,8 @@ def restore_children(core: Core, saved: Any, restore: Restore) -> None:
         if inv is None:
             inv = InvokeDef(core.machine.root, str(src), actor_id, "spawnChild")
             inv.impl = machine
-        child = type(core).__new__(type(core))
+        driver = child_driver(type(core))
+        child = driver.__new__(driver)
         restore(child, item["snapshot"], machine, core.clock)
         _adopt(core, child, inv)
         _attach(core, child, inv, owner)

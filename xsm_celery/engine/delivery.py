@@ -30,6 +30,7 @@ __all__ = [
     "intercept",
     "post_threadsafe",
     "refusal",
+    "run_open",
 ]
 
 logger = logging.getLogger("xsm_celery.engine")
@@ -89,6 +90,15 @@ def deliver(core: Core, event: Event) -> None:
     core._run(event)
 
 
+def run_open(core: Core) -> bool:
+    """Whether a run is open: the async driver leaves a long one open between slices.
+
+    A function, not a read of ``_processing`` in place, because the callers check it again
+    after a call that may have opened one.
+    """
+    return core._processing
+
+
 def drain_mailbox(core: Core) -> bool:
     """Deliver the events other threads posted; whether there were any."""
     if not core._mailbox or core._processing:
@@ -96,7 +106,12 @@ def drain_mailbox(core: Core) -> bool:
     with core._mailbox_lock:
         batch = list(core._mailbox)
         core._mailbox.clear()
-    for event in batch:
+    for index, event in enumerate(batch):
+        if run_open(core):
+            # The async driver is continuing a long run: the rest waits for its catch-up.
+            with core._mailbox_lock:
+                core._mailbox.extendleft(reversed(batch[index:]))
+            break
         deliver(core, event)
     return True
 
@@ -105,10 +120,10 @@ def fire_due(core: Core, now: float, most: int | None = None) -> int:
     """Fire timers due by ``now``, each as its own step; at most ``most`` of them.
 
     Raises:
-        RunawayChainError: zero-delay timers keep re-arming (more than the chain limit
-            fired in one call).
+        RunawayChainError: zero-delay timers keep re-arming (more than
+            ``machine.max_iterations`` fired in one call).
     """
-    limit = core.machine.chain_limit
+    limit = core.machine.max_iterations
     fired = 0
     while core._status == RUNNING and not core._processing:
         if most is not None and fired >= most:
@@ -120,7 +135,8 @@ def fire_due(core: Core, now: float, most: int | None = None) -> int:
         if fired > limit:
             raise RunawayChainError(
                 f"machine {core.id!r}: more than {limit} timers came due at once; a "
-                "zero-delay 'after' cycle never lets time pass",
+                "zero-delay 'after' cycle never lets time pass; give it a delay, or raise "
+                "the machine's max_iterations",
                 limit=limit,
             )
         if timer.after is not None:

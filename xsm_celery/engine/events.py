@@ -5,6 +5,11 @@ anything under ``xstate.``) drive ``onDone``, ``onError`` and ``after`` transiti
 created inside the engine as :class:`EngineEvent` instances; ``send()`` refuses those names so
 a caller (or a message off a bus) cannot complete a service or fire a timer by spelling its
 event.
+
+A payload may nest dicts, lists and tuples at most :data:`MAX_EVENT_DEPTH` levels deep (the
+payload dict is level 1): past that, copying it into the context, snapshotting it or logging
+it would hit Python's recursion limit somewhere far from the ``send()`` that brought it in, so
+``send()`` refuses it with :class:`InvalidEventError`.
 """
 
 from __future__ import annotations
@@ -16,16 +21,19 @@ from xsm_celery.errors import InvalidEventError
 
 __all__ = [
     "ENGINE_EVENT_PREFIXES",
+    "MAX_EVENT_DEPTH",
     "EngineEvent",
     "Event",
     "Receipt",
     "after_event_type",
+    "check_payload_depth",
     "done_invoke_type",
     "done_state_type",
     "error_platform_type",
     "is_descriptor",
     "is_engine_event_type",
     "matches_descriptor",
+    "nested_deeper_than",
     "to_event",
 ]
 
@@ -37,6 +45,58 @@ ENGINE_EVENT_PREFIXES: tuple[str, ...] = (
     "after.",
     "xstate.",
 )
+
+
+#: Deepest nesting of dicts, lists and tuples an event payload may have (the payload itself
+#: is level 1). Twice the workflow door's ``MAX_PAYLOAD_DEPTH``, and far below what
+#: ``copy.deepcopy`` or ``json.dumps`` need to stay inside Python's recursion limit.
+MAX_EVENT_DEPTH = 64
+
+#: Types that hold no other value: a payload made of these alone needs no depth walk.
+_LEAF_TYPES = frozenset({str, int, float, bool, type(None)})
+
+
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests dicts, lists and tuples more than ``limit`` levels deep.
+
+    ``value`` itself is level 1. The walk uses an explicit stack, so no depth can raise
+    ``RecursionError`` here, and it stops at the limit, so a container that holds itself
+    counts as too deep instead of looping.
+    """
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        for child in children:
+            if type(child) not in _LEAF_TYPES:
+                stack.append((child, depth + 1))
+    return False
+
+
+def check_payload_depth(event_type: str, payload: dict[str, Any]) -> None:
+    """Refuse a payload nested deeper than :data:`MAX_EVENT_DEPTH`.
+
+    Raises:
+        InvalidEventError: the payload is too deep (or contains itself).
+    """
+    for value in payload.values():
+        if type(value) not in _LEAF_TYPES:
+            break
+    else:
+        return
+    if nested_deeper_than(payload, MAX_EVENT_DEPTH):
+        raise InvalidEventError(
+            f"event {event_type!r}: the payload is nested more than {MAX_EVENT_DEPTH} "
+            "dicts/lists deep (or contains itself); flatten it, or store the document "
+            "elsewhere and send its id"
+        )
 
 
 class Event:
@@ -137,15 +197,22 @@ def to_event(event_or_type: Any, payload: dict[str, Any]) -> Event:
     :meth:`Event.to_dict` and dead letters use) takes the nested dict as the payload.
 
     Raises:
-        InvalidEventError: for any other value, or a missing or empty type.
+        InvalidEventError: for any other value, or a missing or empty type, or a payload
+            nested deeper than :data:`MAX_EVENT_DEPTH`.
     """
     if type(event_or_type) is str:
         if not event_or_type:
             raise InvalidEventError("event type is empty; send('NAME') or send({'type': ...})")
+        if payload:
+            check_payload_depth(event_or_type, payload)
         return Event(event_or_type, payload)
     if isinstance(event_or_type, Event):
         if payload:
-            return Event(event_or_type.type, {**event_or_type.payload, **payload})
+            merged = Event(event_or_type.type, {**event_or_type.payload, **payload})
+            check_payload_depth(merged.type, merged.payload)
+            return merged
+        if event_or_type.payload:
+            check_payload_depth(event_or_type.type, event_or_type.payload)
         return event_or_type
     if isinstance(event_or_type, Mapping):
         etype = event_or_type.get("type")
@@ -160,6 +227,7 @@ def to_event(event_or_type: Any, payload: dict[str, Any]) -> Event:
         else:
             body = {str(k): v for k, v in event_or_type.items() if k != "type"}
         body.update(payload)
+        check_payload_depth(etype, body)
         return Event(etype, body)
     if isinstance(event_or_type, str):
         return to_event(str(event_or_type), payload)

@@ -24,6 +24,7 @@ from xsm_celery.engine.chart import (
     StateNode,
     Transition,
 )
+from xsm_celery.engine.context_model import check_context_depth
 from xsm_celery.engine.context_model import context_model as model_validator
 from xsm_celery.engine.hashing import structure_hash
 from xsm_celery.engine.logic import MachineLogic, accepts_params
@@ -41,13 +42,24 @@ from xsm_celery.errors import (
     StateNotFoundError,
 )
 
-__all__ = ["DEFAULT_CHAIN_LIMIT", "ContextValidator", "Machine", "create_machine", "load_chart"]
+__all__ = [
+    "DEFAULT_CHAIN_LIMIT",
+    "DEFAULT_MAX_ITERATIONS",
+    "ContextValidator",
+    "Machine",
+    "create_machine",
+    "load_chart",
+]
 
 #: What ``context_validator=`` takes: the public context in, a write-back dict (or None) out.
 ContextValidator = Callable[[dict[str, Any]], Any]
 
-#: Microsteps one event may cause (``always`` chains, done events) before it is a runaway.
-DEFAULT_CHAIN_LIMIT = 1000
+#: Microsteps one event may cause (``always`` chains, raised and done events) before it is a
+#: runaway; also the events actions may queue, and the timers that may come due, at once.
+DEFAULT_MAX_ITERATIONS = 1000
+
+#: The older name of :data:`DEFAULT_MAX_ITERATIONS`.
+DEFAULT_CHAIN_LIMIT = DEFAULT_MAX_ITERATIONS
 
 
 class Machine:
@@ -61,7 +73,6 @@ class Machine:
         "_by_id",
         "_frozen",
         "afters",
-        "chain_limit",
         "config",
         "context_factory",
         "context_validator",
@@ -69,6 +80,7 @@ class Machine:
         "initial_context",
         "invokes",
         "logic",
+        "max_iterations",
         "missing",
         "nodes",
         "root",
@@ -84,7 +96,7 @@ class Machine:
         logic: MachineLogic | None,
         strict_config: bool,
         context_validator: ContextValidator | None = None,
-        chain_limit: int = DEFAULT_CHAIN_LIMIT,
+        max_iterations: int = DEFAULT_MAX_ITERATIONS,
     ) -> None:
         frozen_config = copy.deepcopy(dict(config)) if isinstance(config, Mapping) else config
         builder = TreeBuilder(frozen_config, strict=strict_config)
@@ -116,9 +128,8 @@ class Machine:
         version = frozen_config.get("version")
         self.version: str | None = None if version is None else str(version)
         self.structure_hash = structure_hash(frozen_config)
-        if isinstance(chain_limit, bool) or not isinstance(chain_limit, int) or chain_limit < 1:
-            raise ConfigurationError(f"chain_limit must be a positive int, got {chain_limit!r}")
-        self.chain_limit = chain_limit
+        #: Microsteps one event may cause before :class:`RunawayChainError` (0.11.0's name).
+        self.max_iterations = max_iterations
         self.has_always = any(node.always for node in builder.nodes)
         self.step_cache: dict[Any, Any] = {}
         _bind(self, self.logic, strict=strict_config and logic is not None)
@@ -130,6 +141,11 @@ class Machine:
         if getattr(self, "_frozen", False):
             raise AttributeError(f"Machine is immutable; cannot set {name!r}")
         object.__setattr__(self, name, value)
+
+    @property
+    def chain_limit(self) -> int:
+        """The older name of :attr:`max_iterations`."""
+        return self.max_iterations
 
     @property
     def id(self) -> str:
@@ -279,7 +295,8 @@ def create_machine(
     *,
     context_validator: ContextValidator | None = None,
     context_model: Any = None,
-    chain_limit: int = DEFAULT_CHAIN_LIMIT,
+    max_iterations: int | None = None,
+    chain_limit: int | None = None,
 ) -> Machine:
     """Validate a chart and bind it to its logic.
 
@@ -296,8 +313,11 @@ def create_machine(
         context_model: A pydantic model class, shorthand for
             ``context_validator=xsm_celery.engine.context_model.context_model(model)`` (needs
             the ``pydantic`` extra).
-        chain_limit: Microsteps one event may cause before it is a runaway (0.11.0's
-            ``max_microsteps``); also bounds events actions queue and timers due at once.
+        max_iterations: Microsteps one event may cause (``always`` chains, raised and
+            done events) before :class:`RunawayChainError`; also bounds the events actions
+            queue and the timers due at once. Default: the chart's root ``maxIterations``
+            key, else :data:`DEFAULT_MAX_ITERATIONS` (0.11.0 reads the same key).
+        chain_limit: The older name of ``max_iterations``.
 
     Raises:
         InvalidConfigError: the chart is not a valid statechart (``path`` names the node).
@@ -313,7 +333,32 @@ def create_machine(
         if context_validator is not None:
             raise ConfigurationError("pass context_model= or context_validator=, not both")
         context_validator = model_validator(context_model)
-    return Machine(config, logic, strict_config, context_validator, chain_limit)
+    if isinstance(config, Mapping):
+        check_context_depth(str(config.get("id", "")), config.get("context"))
+    bound = _max_iterations(config, max_iterations, chain_limit)
+    return Machine(config, logic, strict_config, context_validator, bound)
+
+
+def _max_iterations(
+    config: Mapping[str, Any], max_iterations: int | None, chain_limit: int | None
+) -> int:
+    """The runaway bound: the argument, its older name, the chart's key, or the default.
+
+    Raises:
+        ConfigurationError: both names given, or the bound is not a positive int.
+    """
+    if max_iterations is not None and chain_limit is not None:
+        raise ConfigurationError("pass max_iterations= or chain_limit= (its older name), not both")
+    name, value = "max_iterations", max_iterations
+    if value is None and chain_limit is not None:
+        name, value = "chain_limit", chain_limit
+    if value is None and isinstance(config, Mapping) and "maxIterations" in config:
+        name, value = "the chart's 'maxIterations'", config["maxIterations"]
+    if value is None:
+        return DEFAULT_MAX_ITERATIONS
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{name} must be a positive int, got {value!r}")
+    return value
 
 
 def load_chart(source: str | Path) -> dict[str, Any]:

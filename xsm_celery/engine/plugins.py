@@ -13,6 +13,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Protocol
 
 from xsm_celery.engine.redact import DEFAULT_REDACT_KEYS, redact
+from xsm_celery.errors import ArgumentTypeError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -29,6 +30,7 @@ __all__ = [
     "clear_global_plugins",
     "global_plugins",
     "register_global",
+    "replaced_plugins",
     "unregister_global",
 ]
 
@@ -203,6 +205,24 @@ def clear_global_plugins() -> None:
     """Empty the global registry (for test teardown)."""
     with _GLOBAL_LOCK:
         _GLOBAL.clear()
+
+
+def replaced_plugins(plugins: Any) -> list[Any]:
+    """The list an interpreter's ``plugins = [...]`` assignment installs, duplicates dropped.
+
+    Raises:
+        ArgumentTypeError: ``plugins`` is not a list or tuple.
+    """
+    if not isinstance(plugins, (list, tuple)):
+        raise ArgumentTypeError(
+            f"plugins must be assigned a list of plugin objects, got {type(plugins).__name__}; "
+            "use interp.use(plugin) to add one"
+        )
+    kept: list[Any] = []
+    for plugin in plugins:
+        if all(p is not plugin for p in kept):
+            kept.append(plugin)
+    return kept
 
 
 class LoggingInspector(PluginBase):

@@ -30,6 +30,7 @@ from xsm_celery.engine import delivery, services, timers
 from xsm_celery.engine.chart import StateNode, Transition
 from xsm_celery.engine.children import child_finished
 from xsm_celery.engine.clock import Clock, WallClock
+from xsm_celery.engine.context_model import check_context_depth
 from xsm_celery.engine.effects import run_actions
 from xsm_celery.engine.events import (
     ENGINE_EVENT_PREFIXES,
@@ -39,10 +40,16 @@ from xsm_celery.engine.events import (
     done_state_type,
     to_event,
 )
-from xsm_celery.engine.plugins import dispatch, global_plugins
+from xsm_celery.engine.plugins import dispatch, global_plugins, replaced_plugins
 from xsm_celery.engine.redact import public_context
 from xsm_celery.engine.selection import select_eventless, select_transitions
-from xsm_celery.engine.snapshot import DEFAULT_MAX_SNAPSHOT_BYTES, dump, restore, snapshot_dict
+from xsm_celery.engine.snapshot import (
+    DEFAULT_MAX_SNAPSHOT_BYTES,
+    dump,
+    persisted_snapshot,
+    restore,
+    snapshot_dict,
+)
 from xsm_celery.engine.state import DONE, NOT_STARTED, RUNNING, STOPPED, StateView
 from xsm_celery.engine.step import Plan, initial_plan, plan, record_history
 from xsm_celery.errors import (
@@ -51,6 +58,7 @@ from xsm_celery.errors import (
     ContextValidationError,
     InterpreterStoppedError,
     RunawayChainError,
+    SnapshotCorruptError,
 )
 
 if TYPE_CHECKING:
@@ -98,6 +106,7 @@ def initial_context(machine: Machine, input: Any) -> dict[str, Any]:
 
     Raises:
         TypeError: a ``context`` callable returned something that is not a dict.
+        ContextValidationError: it returned a dict nested deeper than ``MAX_CONTEXT_DEPTH``.
     """
     factory = machine.context_factory
     if factory is None:
@@ -108,6 +117,7 @@ def initial_context(machine: Machine, input: Any) -> dict[str, Any]:
             f"machine {machine.id!r}: the 'context' callable returned {type(made).__name__}; "
             "return a dict"
         )
+    check_context_depth(machine.id, made)
     return made
 
 
@@ -189,6 +199,8 @@ class Core(StateView):
         self._result = StepResult()
         self._history = {}
         self._steps = 0
+        self._handled = 0
+        self._yield_every = 0
         self.last_error = None
         self.output = None
         self.store_key = None
@@ -205,6 +217,11 @@ class Core(StateView):
         """The attached plugins, in the order their hooks run."""
         return tuple(self._plugins)
 
+    @plugins.setter
+    def plugins(self, plugins: list[Any] | tuple[Any, ...]) -> None:
+        """Replace every attached plugin, global ones included (0.11.0's ``plugins = [...]``)."""
+        self._plugins = replaced_plugins(plugins)
+
     def _send(self, event: Event, wait: bool) -> Receipt | None:
         """The body of ``send()`` shared by both drivers: admit, catch up, run, report."""
         if self._processing:
@@ -214,10 +231,13 @@ class Core(StateView):
         if self._status != RUNNING or event.type.startswith(ENGINE_EVENT_PREFIXES):
             delivery.admit(self, event)
             return delivery.refusal(self, event) if wait else None
-        if self._mailbox:
-            delivery.drain_mailbox(self)
-        if self._timer_heap:
-            delivery.fire_due(self, self.clock.now())
+        if self._mailbox or self._timer_heap:
+            if self._mailbox:
+                delivery.drain_mailbox(self)
+            if self._timer_heap:
+                delivery.fire_due(self, self.clock.now())
+            if delivery.run_open(self):
+                return self._defer_event(event, wait)
         if self._plugins:
             answered = delivery.intercept(self, event)
             if answered is not None:
@@ -250,7 +270,9 @@ class Core(StateView):
 
         ``body`` replaces the event's processing (start-up, restarted services). If the run
         raises (a runaway chain), queued and internal events are dropped so the next send
-        starts clean; the configuration is whatever the last whole microstep left.
+        starts clean; the configuration is whatever the last whole microstep left. When the
+        async driver ends a slice of a long chain, the run stays open (``_processing``) and
+        the driver continues it on its loop (:meth:`_suspend`).
         """
         # One record per interpreter, reset per run: a run is never re-entered (a send from
         # inside it is queued), and the caller reads the record before the next run starts.
@@ -265,18 +287,47 @@ class Core(StateView):
                 result.denied = self._process(event, result)
             else:
                 result.denied = body(event, result)
-            if self._queue:
-                self._drain_queue(result)
+            if self._internal or self._pending_invokes or self._queue:
+                self._handled = 0
+                if not self._advance(result):
+                    self._suspend(result)
+                    return result
             if self._validator is not None:
                 self._record(self._validate_context(), result)
         except BaseException:
-            self._queue.clear()
-            self._internal.clear()
-            self._pending_invokes.clear()
+            self._abandon_run()
             raise
+        self._processing = False
+        return result
+
+    def _close_run(self, result: StepResult) -> None:
+        """End a continued run (the async driver's) as :meth:`_run` ends one it finishes."""
+        try:
+            if self._validator is not None:
+                self._record(self._validate_context(), result)
         finally:
             self._processing = False
-        return result
+
+    def _abandon_run(self) -> None:
+        """End a run that raised: drop what it left queued so the next send starts clean."""
+        self._queue.clear()
+        self._internal.clear()
+        self._pending_invokes.clear()
+        self._processing = False
+
+    def _suspend(self, result: StepResult) -> None:
+        """Driver hook: the async interpreter continues a run whose slice ended.
+
+        Only reached when ``_yield_every`` is set, which only the async driver does.
+        """
+        raise AssertionError("only the async interpreter ends a run's slice early")
+
+    def _defer_event(self, event: Event, wait: bool) -> Receipt | None:
+        """Driver hook: catching up left a run open, so the caller's event waits for it.
+
+        Only the async driver leaves a run open; it holds the event in its backlog.
+        """
+        raise AssertionError("only the async interpreter leaves a run open")
 
     def _enter_initial(self, event: Event, result: StepResult) -> bool:
         cached = self._cache.get(_INIT)
@@ -286,35 +337,61 @@ class Core(StateView):
         start_plan, trans = cached
         self._apply(start_plan, (), event, (trans,), result)
         self._settle(event, result)
-        if self._internal or self._pending_invokes:
-            self._settle_internal(result)
         return False
 
     def _settle_queued(self, event: Event, result: StepResult) -> bool:
-        """A run body for work already queued: internal events, invocations to start."""
-        self._settle_internal(result)
+        """A run body for work already queued (internal events, invocations to start).
+
+        Nothing to do here: the run works through the queues once its body returns.
+        """
         return False
 
-    def _drain_queue(self, result: StepResult) -> None:
-        handled = 0
+    def _advance(self, result: StepResult) -> bool:
+        """Work through the run's queues until they are empty; whether the run is finished.
+
+        Internal events first (``raise``, ``done.state``, a finished service), then the
+        invocations of states the run entered, then events actions sent, each queued event
+        with a fresh microstep budget. One loop, not a call per event, so a self-feeding
+        chain costs no stack: it ends at ``machine.max_iterations`` with
+        :class:`RunawayChainError`. With ``_yield_every`` set (the async driver) it returns
+        False once that many microsteps have run and work is left, so the driver can let
+        other coroutines run before it calls again.
+        """
+        internal = self._internal
         queue = self._queue
-        limit = self.machine.chain_limit
-        while queue and self._status == RUNNING:
-            handled += 1
-            if handled > limit:
-                raise RunawayChainError(
-                    f"machine {self.id!r}: actions kept sending events ({limit} in one send) "
-                    "without settling",
-                    limit=limit,
-                )
-            self._steps = 0
-            self._process(queue.popleft(), result)
+        every = self._yield_every
+        slice_end = result.taken + every
+        while self._status == RUNNING:
+            if internal:
+                self._process(internal.popleft(), result)
+            elif self._pending_invokes:
+                services.start_pending_invokes(self)
+            elif queue:
+                self._handled += 1
+                limit = self.machine.max_iterations
+                if self._handled > limit:
+                    raise RunawayChainError(
+                        f"machine {self.id!r}: actions kept sending events ({limit} in one "
+                        "send) without settling; break the cycle or raise the machine's "
+                        "max_iterations",
+                        limit=limit,
+                    )
+                self._steps = 0
+                self._process(queue.popleft(), result)
+            else:
+                return True
+            if every and result.taken >= slice_end and (internal or queue or self._pending_invokes):
+                return False
+        internal.clear()
+        self._pending_invokes.clear()
         queue.clear()
+        return True
 
     def _process(self, event: Event, result: StepResult) -> bool:
-        """One event: its transitions, the eventless chain, internal events, invocations.
+        """One event: its transitions and the eventless chain; the run does the rest.
 
-        Returns whether the event was denied (handled, but every guard said no).
+        Whatever the event raised or queued is left for :meth:`_advance`. Returns whether
+        the event was denied (handled, but every guard said no).
         """
         plugins = self._plugins
         taken_before = result.taken
@@ -334,8 +411,6 @@ class Core(StateView):
                 denied,
             )
             dispatch(self, plugins, "on_event_processed", (event, receipt))
-        if self._internal or self._pending_invokes:
-            self._settle_internal(result)
         return denied
 
     def _settle(self, event: Event, result: StepResult) -> None:
@@ -348,28 +423,18 @@ class Core(StateView):
                 return
             self._microstep(selected, event, result)
 
-    def _settle_internal(self, result: StepResult) -> None:
-        """Process internal events and start pending invocations until neither is left."""
-        while self._status == RUNNING:
-            if self._internal:
-                self._process(self._internal.popleft(), result)
-            elif self._pending_invokes:
-                services.start_pending_invokes(self)
-            else:
-                return
-        self._internal.clear()
-        self._pending_invokes.clear()
-
     def _microstep(
         self, transitions: tuple[Transition, ...], event: Event, result: StepResult
     ) -> None:
         self._steps += 1
-        if self._steps > self.machine.chain_limit:
+        if self._steps > self.machine.max_iterations:
+            limit = self.machine.max_iterations
             raise RunawayChainError(
-                f"machine {self.id!r}: more than {self.machine.chain_limit} microsteps for "
-                f"event {event.type!r}; an 'always' cycle or done-event loop never settles "
-                f"(now in {sorted(s.id for s in self._leaves)})",
-                limit=self.machine.chain_limit,
+                f"machine {self.id!r}: more than {limit} microsteps for event {event.type!r}; "
+                "an 'always' cycle, a raised event that triggers itself or a done-event loop "
+                f"never settles (now in {sorted(s.id for s in self._leaves)}); break the "
+                "cycle or raise the machine's max_iterations",
+                limit=limit,
             )
         result.taken += 1
         step = self._cache.get((self._config, transitions))
@@ -605,12 +670,27 @@ class Core(StateView):
 
         Raises:
             SnapshotError: the context holds a value JSON cannot encode.
+            ContextValidationError: the context is nested deeper than ``MAX_CONTEXT_DEPTH``.
         """
+        check_context_depth(self.id, self._context)
         return dump(self)
 
     def snapshot(self) -> dict[str, Any]:
-        """The snapshot as a dict; the context inside is the live one, not a copy."""
+        """The snapshot as a dict; the context inside is the live one, not a copy.
+
+        Raises:
+            ContextValidationError: the context is nested deeper than ``MAX_CONTEXT_DEPTH``.
+        """
+        check_context_depth(self.id, self._context)
         return snapshot_dict(self)
+
+    def get_persisted_snapshot(self) -> dict[str, Any]:
+        """The snapshot as a JSON-safe dict sharing nothing with the machine (0.11.0, XState).
+
+        Raises:
+            SnapshotError: the context holds a value JSON cannot encode.
+        """
+        return persisted_snapshot(self)
 
     @classmethod
     def from_snapshot(
@@ -645,18 +725,26 @@ class Core(StateView):
             SnapshotTooLargeError: over ``max_bytes``.
             SnapshotCorruptError: not JSON, a missing or ill-typed field, unknown states.
             SnapshotMismatchError: another machine, or a changed structure.
+            ContextValidationError: its context is nested deeper than ``MAX_CONTEXT_DEPTH``.
         """
         core = cls.__new__(cls)
-        restore(
-            core,
-            snapshot,
-            machine,
-            clock,
-            verify_machine_hash=verify_machine_hash,
-            expected_machine_hash=expected_machine_hash,
-            plugins=plugins,
-            max_bytes=max_bytes,
-        )
+        try:
+            restore(
+                core,
+                snapshot,
+                machine,
+                clock,
+                verify_machine_hash=verify_machine_hash,
+                expected_machine_hash=expected_machine_hash,
+                plugins=plugins,
+                max_bytes=max_bytes,
+            )
+        except RecursionError:
+            raise SnapshotCorruptError(
+                f"snapshot of machine {machine.id!r} is nested too deep to parse; it is not "
+                "one this engine wrote"
+            ) from None
+        check_context_depth(machine.id, core._context)
         if restart_services and core._status == RUNNING:
             core._pending_invokes = [n for n in machine.nodes if n.invoke and n in core._config]
             core._run(Event(_INIT), core._settle_queued)

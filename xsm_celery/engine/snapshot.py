@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from xsm_celery.engine.children import restore_children, saved_children
 from xsm_celery.engine.events import Event
+from xsm_celery.engine.snapshot_v011 import normalise
 from xsm_celery.engine.state import DONE, NOT_STARTED, RUNNING, STOPPED
 from xsm_celery.engine.step import leaves_of
 from xsm_celery.engine.timers import Timer, push_timer
@@ -36,7 +37,7 @@ __all__ = [
     "DEFAULT_MAX_SNAPSHOT_BYTES",
     "SNAPSHOT_FORMAT",
     "dump",
-    "from_v011",
+    "persisted_snapshot",
     "restore",
     "snapshot_dict",
 ]
@@ -113,6 +114,15 @@ def dump(core: Core) -> str:
             f"cannot snapshot machine {core.machine.id!r}: {exc}; keep context JSON-friendly "
             "(str, numbers, bool, None, lists, dicts with str keys)"
         ) from exc
+
+
+def persisted_snapshot(core: Core) -> dict[str, Any]:
+    """The snapshot as a JSON-safe dict that shares nothing with ``core`` (a parsed dump).
+
+    Raises:
+        SnapshotError: the context holds a value JSON cannot encode.
+    """
+    return json.loads(dump(core))  # type: ignore[no-any-return]
 
 
 def parse(snapshot: str | bytes | Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
@@ -241,56 +251,6 @@ def rearm(core: Core, deadlines: Any) -> None:
         push_timer(core, Timer(now + remaining, node, after, delay))
 
 
-def from_v011(data: dict[str, Any], machine: Machine) -> dict[str, Any]:
-    """Translate a snapshot written by xstate-statemachine 0.11.0 (``version`` 4) into ours.
-
-    Its structure hash is computed another way, so it is not compared: the machine id and
-    every state id are still checked. Deadlines gain their ``after`` key (read off the event
-    type), history keyed by the parent state is given to each of its history states, and
-    0.11.0's actors (process-bound there too) are dropped.
-    """
-    converted = dict(data)
-    converted["format"] = SNAPSHOT_FORMAT
-    if _field(data, "machine_id", str) == machine.id:
-        converted["machine_hash"] = machine.structure_hash
-    deadlines = []
-    for item in data.get("deadlines") or []:
-        if not isinstance(item, Mapping):
-            raise SnapshotCorruptError(f"snapshot deadline is not an object: {item!r:.80}")
-        state_id = _field(item, "state_id", str)
-        event_type = _field(item, "event_type", str)
-        key = event_type.removeprefix("after.").removesuffix(f".{state_id}")
-        deadlines.append({**item, "key": key})
-    converted["deadlines"] = deadlines
-    history: dict[str, list[Any]] = {}
-    raw_history = data.get("history") or {}
-    if not isinstance(raw_history, Mapping):
-        raise SnapshotCorruptError("snapshot field 'history' must be an object")
-    for parent_id, state_ids in raw_history.items():
-        parent = machine.find_state(parent_id) if isinstance(parent_id, str) else None
-        if parent is None:
-            raise SnapshotCorruptError(f"snapshot history names {parent_id!r}, not a state")
-        if not isinstance(state_ids, list):
-            raise SnapshotCorruptError(f"snapshot history of {parent_id!r} must be a list")
-        nodes = [machine.find_state(i) if isinstance(i, str) else None for i in state_ids]
-        for hist in parent.history_children:
-            # 0.11.0 lists every remembered state; ours keeps the leaves (deep) or the
-            # active children (shallow) and enters the rest by default.
-            deep = hist.history == "deep"
-            kept = [
-                n.id
-                for n in nodes
-                if n is not None and (not n.children if deep else n.parent is parent)
-            ]
-            history[hist.id] = kept
-    converted["history"] = history
-    converted["delayed"] = []
-    converted["children"] = {}
-    if converted.get("status") == "error":
-        converted["status"] = "stopped"
-    return converted
-
-
 def rearm_delayed(core: Core, delayed: Any) -> None:
     """Re-create pending delayed events (``raise``/``sendTo`` with a delay)."""
     if not isinstance(delayed, list):
@@ -336,9 +296,7 @@ def restore(
     max_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES,
 ) -> None:
     """Set up a blank interpreter from a snapshot; see ``SyncInterpreter.from_snapshot``."""
-    data = parse(snapshot, max_bytes)
-    if "format" not in data and "configuration" in data:
-        data = from_v011(data, machine)
+    data = normalise(parse(snapshot, max_bytes), machine)
     check_machine(data, machine, verify_machine_hash, expected_machine_hash)
     status = _field(data, "status", str)
     if status not in _STATUSES:
@@ -365,5 +323,10 @@ def restore(
         children = data.get("children")
         if children is not None and children != {}:
             restore_children(core, children, restore)
+        pending = data.get("pending")
+        if pending:
+            # Only 0.11.0 snapshots carry accepted-but-unprocessed events; the mailbox runs
+            # them on the next send(), tick() or clock increment, before anything newer.
+            core._mailbox.extend(Event(e["type"], e["payload"]) for e in pending)
         core.clock.attach(core)
         core._timers_armed()

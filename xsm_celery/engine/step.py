@@ -62,11 +62,15 @@ def plan(
     transitions: Sequence[Transition],
     cache: dict[Any, Plan],
     remembered: Mapping[StateNode, tuple[StateNode, ...]] | None = None,
+    *,
+    require_implementations: bool = True,
 ) -> Plan:
     """The microstep for ``transitions`` taken together from ``config``.
 
     Cached by configuration and transitions, except a step into a history state: what it
-    enters depends on ``remembered`` (history state -> the states it recorded).
+    enters depends on ``remembered`` (history state -> the states it recorded). The pure
+    transition functions, which run no action, pass ``require_implementations=False`` and a
+    cache of their own, so an unchecked plan never reaches an interpreter.
     """
     key = (config, tuple(transitions))
     found = cache.get(key)
@@ -83,7 +87,7 @@ def plan(
         else:
             entries.update(trans.entry)
     missing = missing_implementation(exits, entries, transitions)
-    if missing is not None:
+    if missing is not None and require_implementations:
         raise missing
     new_config = frozenset((config - exits) | entries)
     result = Plan(
@@ -144,7 +148,7 @@ def missing_implementation(
     return None
 
 
-def initial_plan(root: StateNode) -> Plan:
+def initial_plan(root: StateNode, *, require_implementations: bool = True) -> Plan:
     """The plan of ``start()``: enter the root and its default descendants.
 
     Raises:
@@ -154,7 +158,7 @@ def initial_plan(root: StateNode) -> Plan:
     into: set[StateNode] = set()
     default_entry(root, into)
     missing = missing_implementation((), into, ())
-    if missing is not None:
+    if missing is not None and require_implementations:
         raise missing
     config = frozenset(into)
     return Plan((), tuple(sorted(into, key=_order)), config, leaves_of(config))

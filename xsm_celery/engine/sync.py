@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal, overload
 
 from xsm_celery.engine.clock import Clock
-from xsm_celery.engine.events import Event, Receipt, to_event
+from xsm_celery.engine.events import Event, Receipt, check_payload_depth, to_event
 from xsm_celery.engine.machine import Machine
 from xsm_celery.engine.runtime import Core
 
@@ -34,7 +34,8 @@ class SyncInterpreter(Core):
 
         Raises:
             InterpreterStoppedError: the interpreter was stopped or is done.
-            RunawayChainError: the initial ``always`` chain never settles.
+            RunawayChainError: the initial chain does not settle within
+                ``machine.max_iterations``.
         """
         self._begin()
         return self
@@ -56,10 +57,14 @@ class SyncInterpreter(Core):
         are dropped with a warning.
 
         Raises:
-            InvalidEventError: ``event_or_type`` is not an event.
-            RunawayChainError: the event's eventless chain never settles.
+            InvalidEventError: ``event_or_type`` is not an event, or its payload is nested
+                deeper than ``MAX_EVENT_DEPTH``.
+            RunawayChainError: the event's chain (eventless transitions, raised events,
+                events actions send) does not settle within ``machine.max_iterations``.
         """
         if type(event_or_type) is str and event_or_type:
+            if payload:
+                check_payload_depth(event_or_type, payload)
             event = Event(event_or_type, payload)
         else:
             event = to_event(event_or_type, payload)
