@@ -186,6 +186,12 @@ RULES: tuple[Allowed, ...] = (
         [*CORE_FOLDERS, *FOUNDATION, *INTEGRATIONS, "__init__"],
         "the demo is an application of the package: it may use everything, nothing uses it",
     ),
+    *_each(
+        "testing.py",
+        ["engine", "celery", *FOUNDATION],
+        "xsm_celery.testing turns the engine's graph paths into tests that replay them "
+        "through a workflow's own entry points (send_now, step)",
+    ),
 )
 
 #: Imports across the layers that the code needs, each with its reason. An entry no import
@@ -233,6 +239,11 @@ EXCEPTIONS: tuple[Allowed, ...] = (
         "(xsm_redis_url); imported when a task declares one",
     ),
     Allowed(
+        "celery/fleet/reading.py",
+        "redis",
+        "a status and a scrape read the fleet's breakers and limiters from the fleet Redis",
+    ),
+    Allowed(
         "celery/fleet/admission.py",
         "redis",
         "a fleet concurrency limit holds its slot in Redis while the task runs",
@@ -257,6 +268,11 @@ EXCEPTIONS: tuple[Allowed, ...] = (
         "--app: the fleet settings exactly as the worker reads them, and its limit key labels",
     ),
     Allowed("cli/breakers.py", "redis", "fleet breakers and limits are kept in Redis"),
+    Allowed(
+        "cli/asyncapi.py",
+        "celery",
+        "--workflow: the AsyncAPI document of a workflow declared on the app",
+    ),
     Allowed("cli/dispatcher.py", "sqlalchemy", "--store URL opens the SQLAlchemy stores"),
     Allowed(
         "cli/status.py",
@@ -267,6 +283,16 @@ EXCEPTIONS: tuple[Allowed, ...] = (
         "cli/status.py",
         "metrics",
         "the same figures as the admin status page and /metrics (metrics.figures)",
+    ),
+    Allowed(
+        "cli/exporter.py",
+        "metrics",
+        "xsm-celery metrics serves the exporters' collectors (queues, workers, store figures)",
+    ),
+    Allowed(
+        "cli/exporter.py",
+        "celery",
+        "--app: the app's stores, read as the worker's status reply reads them",
     ),
     Allowed(
         "cli/target.py",
@@ -286,6 +312,11 @@ EXCEPTIONS: tuple[Allowed, ...] = (
         "the instances page checks, dry-runs and sends workflow events with the workflow API",
     ),
     Allowed("django/admin/status.py", "celery", "the status page asks the running workers"),
+    Allowed(
+        "django/charts.py",
+        "celery",
+        "the dead-letter and instance pages draw a declared workflow's chart (find_workflow)",
+    ),
     Allowed("django/admin/status.py", "metrics", "the status page shows metrics.figures"),
     Allowed(
         "django/management/commands/xsm_relay.py",
@@ -325,6 +356,7 @@ ALLOWED_TYPE_CYCLES: dict[frozenset[str], str] = {
             "selection",
             "services",
             "snapshot",
+            "snapshot_v011",
             "state",
             "timers",
         )

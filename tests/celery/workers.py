@@ -71,8 +71,11 @@ class Cluster:
         app.conf.broker_connection_retry_on_startup = True
         return app
 
-    def start_worker(self, name: str, pool: str = "prefork") -> subprocess.Popen[bytes]:
-        """A worker on this cluster's queue; returns once it answers a ping."""
+    def start_worker(
+        self, name: str, pool: str = "prefork", *extra: str
+    ) -> subprocess.Popen[bytes]:
+        """A worker on this cluster's queue (``extra``: more switches, e.g. ``-E``); returns
+        once it answers a ping."""
         log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - lives with the process
         args = [
             sys.executable,
@@ -94,6 +97,7 @@ class Cluster:
             "--without-gossip",
             "--without-mingle",
             "--without-heartbeat",
+            *extra,
         ]
         proc = subprocess.Popen(args, cwd=self.workdir, env=self.env(), stdout=log, stderr=log)
         self.procs.append(proc)

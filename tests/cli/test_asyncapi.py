@@ -121,7 +121,7 @@ def test_validate_without_jsonschema_exits_2_naming_the_fix(tmp_path: Path) -> N
             ["asyncapi", str(CHART), "-o", "/nonexistent-dir/x.json"],
             "cannot write '/nonexistent-dir/x.json'",
         ),
-        (["asyncapi"], "Missing argument 'CHART'"),
+        (["asyncapi"], "give a CHART file or --workflow NAME"),
     ],
 )
 def test_refused_input_exits_2_with_one_line(args: list[str], message: str) -> None:
@@ -178,3 +178,42 @@ def test_the_command_runs_inside_celery(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     validate_asyncapi(json.loads(out.read_text(encoding="utf-8")))
+
+
+@pytest.mark.slow
+def test_workflow_option_documents_the_celery_task_message(tmp_path: Path) -> None:
+    """``celery -A app xsm asyncapi --workflow orders`` writes the step task's message."""
+    out = tmp_path / "orders.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "XSM_TEST_QUEUE": "orders-steps"}
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "celery", "-A", "tests.celery.workflow_workerapp", "xsm"),
+            *("asyncapi", "--workflow", "orders", "--validate", "-o", str(out)),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    document = json.loads(out.read_text())
+    validate_asyncapi(document)
+    assert document["channels"]["steps"]["address"] == "orders-steps"
+    pay = document["components"]["messages"]["step.PAY"]
+    assert pay["headers"]["allOf"][1]["properties"]["task"]["const"] == "xsm.workflow.orders"
+    assert done.stdout.startswith(f"wrote {out}: 8 consumed")
+
+
+def test_workflow_option_needs_an_app_and_no_chart(invoke: Invoke) -> None:
+    """--workflow without an app, or with a CHART too, is a one-line refusal."""
+    alone = invoke("asyncapi", "--workflow", "orders")
+    assert alone.exit_code == 2
+    assert error_line(alone).endswith(
+        "needs a Celery app: pass --app module:app "
+        "(or run it as: celery -A proj xsm asyncapi --workflow NAME)"
+    )
+    both = invoke("asyncapi", str(CHART), "--workflow", "orders")
+    assert both.exit_code == 2
+    assert "one of them" in error_line(both)

@@ -96,7 +96,8 @@ def test_simulate_prints_each_step_with_stub_logic(invoke: Invoke, socket_chart:
     """The seed's run: a drop, then the user leaves mid-backoff; no retry fires."""
     result = invoke("simulate", socket_chart, "--events", "CONNECT,DROPPED,DISCONNECT")
     assert result.exit_code == 0, result.output
-    lines = result.output.splitlines()
+    lines = result.stdout.splitlines()
+    assert result.stderr.startswith("xsm simulate: note: named delays left unresolved")
     assert [line.split("->")[1].split()[0] for line in lines[:4]] == [
         "socket.disconnected",
         "socket.connected",

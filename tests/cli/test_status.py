@@ -79,7 +79,7 @@ def test_a_missing_store_file_is_refused(tmp_path: Path) -> None:
     """A dead-letter URL naming no file is a one-line refusal with exit status 2."""
     result = CliRunner().invoke(cli, ["status", "--dlq", f"sqlite:///{tmp_path / 'no.db'}"])
     assert result.exit_code == 2
-    assert "xsm dlq: error:" in result.output
+    assert "xsm status: error:" in result.output
 
 
 def test_nothing_to_read_says_what_to_pass() -> None:

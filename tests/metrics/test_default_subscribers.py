@@ -36,12 +36,11 @@ def scenario() -> None:
     assert len(hooks.subscribers()) == 2, hooks.subscribers()  # the board and the logger
     xsm_signals.circuit_opened.connect(lambda **_: None, weak=False)
     assert len(hooks.subscribers()) == 3  # and the bridge to the Celery signals
-    for kind in (FactKind.ATTEMPT_STARTED, FactKind.ATTEMPT_FINISHED):
+    for kind in (FactKind.ATTEMPT_STARTED, FactKind.ATTEMPT_FINISHED, FactKind.LIMIT_ADMITTED):
         assert not hooks.wants(kind), kind
     for kind in (
         FactKind.BREAKER_TRANSITION,  # the board, and the circuit signals
-        FactKind.LIMIT_ADMITTED,  # the board
-        FactKind.LIMIT_DEFERRED,  # the board and the logger
+        FactKind.LIMIT_DEFERRED,  # the logger
         FactKind.RETRY_SCHEDULED,  # the logger
         FactKind.DEAD_LETTER_WRITTEN,  # the logger
     ):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -85,13 +86,21 @@ def test_breaker_state_and_limits(metrics: tuple[PrometheusMetrics, CollectorReg
         to_state="open",
         scope="process",
     )
-    assert value(reg, "xsm_breaker_state", breaker="psp", scope="process") == 2
+    assert value(reg, "xsm_process_breaker_state", breaker="psp") == 2
+    changed = value(reg, "xsm_process_breaker_changed_at_seconds", breaker="psp")
+    assert changed is not None
+    assert abs(changed - time.time()) < 5
     hooks.emit(FactKind.BREAKER_TRANSITION, name="psp", to_state="half_open", scope="process")
-    assert value(reg, "xsm_breaker_state", breaker="psp", scope="process") == 1
+    assert value(reg, "xsm_process_breaker_state", breaker="psp") == 1
     assert (
         value(reg, "xsm_breaker_transitions_total", breaker="psp", scope="process", state="open")
         == 1
     )
+    # A fleet breaker's state is Redis' (read on scrape), never what this process last saw.
+    hooks.emit(FactKind.BREAKER_TRANSITION, breaker="pay", to_state="open", scope="fleet")
+    assert value(reg, "xsm_breaker_transitions_total", breaker="pay", scope="fleet", state="open")
+    assert value(reg, "xsm_process_breaker_state", breaker="pay") is None
+    assert "xsm_breaker_state" not in generate_latest(reg).decode()
     hooks.emit(FactKind.LIMIT_ADMITTED, limit="psp-rate")
     hooks.emit(FactKind.LIMIT_DEFERRED, limiter="psp-rate")
     assert value(reg, "xsm_limit_admissions_total", limit="psp-rate") == 1
@@ -109,3 +118,51 @@ def test_a_flood_of_names_is_folded_into_other(
     text = generate_latest(reg).decode()
     assert text.count("xsm_outbox_relayed_rows_total{") == MAX_SERIES + 1
     assert value(reg, "xsm_outbox_relayed_rows_total", topic=OTHER) == 50
+
+
+def test_workflow_labels_name_what_happened(
+    metrics: tuple[PrometheusMetrics, CollectorRegistry],
+) -> None:
+    """Step errors carry the exception and the step's fate; transitions the state entered."""
+    _, reg = metrics
+    hooks.emit(
+        FactKind.WORKFLOW_STEP_FAILED, workflow="orders", outcome="retry", error="TimeoutError"
+    )
+    hooks.emit(
+        FactKind.WORKFLOW_STEP_FAILED,
+        workflow="orders",
+        outcome="dead_letter",
+        exception="KeyError",
+    )
+    hooks.emit(
+        FactKind.WORKFLOW_TRANSITION,
+        workflow="orders",
+        event="PAY",
+        from_state="new",
+        to_state="paying",
+    )
+    hooks.emit(FactKind.WORKFLOW_TRANSITION, workflow="orders", event="PING", to_state="")
+    errors = "xsm_workflow_step_errors_total"
+    assert value(reg, errors, workflow="orders", exception="TimeoutError", outcome="retry") == 1
+    assert value(reg, errors, workflow="orders", exception="KeyError", outcome="dead_letter") == 1
+    assert value(reg, "xsm_workflow_transitions_total", workflow="orders", state="paying") == 1
+    text = generate_latest(reg).decode()
+    assert 'state=""' not in text
+    assert 'exception=""' not in text
+
+
+def test_stale_timers_are_not_stale_completions(
+    metrics: tuple[PrometheusMetrics, CollectorRegistry],
+) -> None:
+    """A late timer message and a late completion are counted apart; purposes are kept."""
+    _, reg = metrics
+    hooks.emit(FactKind.STALE_COMPLETION, workflow="saga", message_kind="timer")
+    hooks.emit(FactKind.STALE_COMPLETION, workflow="saga", message_kind="done")
+    hooks.emit(FactKind.STALE_COMPLETION, workflow="saga", message_kind="error")
+    hooks.emit(FactKind.TIMER_FIRED, workflow="saga", purpose="workflow", lag_s=0.1)
+    hooks.emit(FactKind.TIMER_SCHEDULED, workflow="saga")
+    assert value(reg, "xsm_workflow_stale_timers_total", workflow="saga") == 1
+    assert value(reg, "xsm_workflow_stale_completions_total", workflow="saga") == 2
+    assert value(reg, "xsm_timers_fired_total", purpose="workflow") == 1
+    assert value(reg, "xsm_timers_scheduled_total", purpose="unknown") == 1
+    assert value(reg, "xsm_timers_fired_total", purpose="machine") is None

@@ -47,8 +47,10 @@ def _db(url: str, db: int) -> str:
 class Worker:
     """One prefork worker process of ``APP`` and what the test needs to talk to it."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, app: str = APP, env: dict[str, str] | None = None) -> None:
         redis_url = services.REDIS_URL
+        self.app = app
+        self.extra_env = dict(env or {})
         self.cluster = Cluster(
             broker=_db(redis_url, BROKER_DB), backend=_db(redis_url, BACKEND_DB), workdir=workdir
         )
@@ -62,6 +64,7 @@ class Worker:
             **self.cluster.env(),
             "XSM_TEST_METRICS_PORT": str(self.port),
             "XSM_TEST_OUTBOX": self.outbox_url,
+            **self.extra_env,
         }
         log = open(self.cluster.workdir / "w1.log", "ab")  # noqa: SIM115 - lives with the process
         args = [
@@ -69,7 +72,7 @@ class Worker:
             "-m",
             "celery",
             "-A",
-            APP,
+            self.app,
             "worker",
             "-P",
             "prefork",
@@ -94,9 +97,13 @@ class Worker:
     def producer(self) -> Celery:
         return self.cluster.producer()
 
-    def scrape(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    def scrape_text(self) -> str:
+        """The exposition text of one scrape."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as page:
-            text = page.read().decode()
+            return str(page.read().decode())
+
+    def scrape(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        text = self.scrape_text()
         assert SECRET not in text
         return {
             (sample.name, tuple(sorted(sample.labels.items()))): sample.value
@@ -236,7 +243,7 @@ def test_a_breaker_opened_in_a_child_shows_in_the_scrape_and_the_status(worker: 
     finally:
         app.close()
     samples = worker.scrape()
-    assert value(samples, "xsm_breaker_state", breaker="psp", scope="process") == 2
+    assert value(samples, "xsm_process_breaker_state", breaker="psp") == 2
     assert (
         value(
             samples, "xsm_breaker_transitions_total", breaker="psp", scope="process", state="open"

@@ -2,7 +2,9 @@
 
 Siblings go in columns by their distance from the initial state (parallel regions side by
 side), states joined by a transition inside one column sit next to each other, and
-columns leave room for the longest transition label drawn between them.
+columns leave room for the longest transition label drawn between them. A compound state
+that would come out wider than ``MAX_WIDTH`` that way is laid out top-down instead (the
+same groups as rows), so a long saga fits an admin page rather than running off its side.
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Edge", "Node", "build", "edges", "layout", "walk"]
+__all__ = ["MAX_WIDTH", "Edge", "Node", "build", "edges", "layout", "walk"]
+
+#: Widest box (px) a compound state is drawn left to right; a wider one goes top-down.
+MAX_WIDTH = 960.0
 
 _CHAR_W = 7.2
 _ATOMIC_H = 40.0
@@ -21,6 +26,7 @@ _GAP = 34.0
 _ROW_GAP = 30.0
 _MAX_LABEL_GAP = 240.0
 _HEADER = 24.0
+_TOP_DOWN_GAP = 56.0
 
 
 @dataclass
@@ -35,6 +41,8 @@ class Node:
     y: float = 0.0
     w: float = 0.0
     h: float = 0.0
+    #: ``"LR"``: groups of children are columns; ``"TB"``: they are rows.
+    direction: str = "LR"
 
     @property
     def tags(self) -> list[str]:
@@ -99,8 +107,13 @@ def _measure(node: Node) -> None:
         _measure(child)
     columns = _columns(node)
     gap = _column_gap(node)
-    inner_w = sum(max(c.w for c in col) for col in columns) + gap * (len(columns) - 1)
-    inner_h = max(sum(c.h for c in col) + _ROW_GAP * (len(col) - 1) for col in columns)
+    if node.direction == "TB":
+        inner_w = max(sum(c.w for c in row) + gap * (len(row) - 1) for row in columns)
+        inner_h = sum(max(c.h for c in row) for row in columns)
+        inner_h += _TOP_DOWN_GAP * (len(columns) - 1)
+    else:
+        inner_w = sum(max(c.w for c in col) for col in columns) + gap * (len(columns) - 1)
+        inner_h = max(sum(c.h for c in col) + _ROW_GAP * (len(col) - 1) for col in columns)
     node.w = max(label_w, tag_w, inner_w + 2 * _PAD)
     node.h = _HEADER + (TAG_H if node.tags else 0.0) + inner_h + 2 * _PAD
 
@@ -112,12 +125,27 @@ def _place(node: Node, x: float, y: float) -> None:
     cx = x + _PAD
     top = y + _HEADER + (TAG_H if node.tags else 0.0) + _PAD
     gap = _column_gap(node)
+    if node.direction == "TB":
+        _place_rows(node, top, gap)
+        return
     for col in _columns(node):
         cy = top
         for child in col:
             _place(child, cx, cy)
             cy += child.h + _ROW_GAP
         cx += max(c.w for c in col) + gap
+
+
+def _place_rows(node: Node, top: float, gap: float) -> None:
+    """Top-down: each group of children is a row, centred in the box."""
+    cy = top
+    for row in _columns(node):
+        width = sum(c.w for c in row) + gap * (len(row) - 1)
+        cx = node.x + (node.w - width) / 2
+        for child in row:
+            _place(child, cx, cy)
+            cx += child.w + gap
+        cy += max(c.h for c in row) + _TOP_DOWN_GAP
 
 
 def _columns(node: Node) -> list[list[Node]]:
@@ -267,7 +295,20 @@ def _column_gap(node: Node) -> float:
     return min(_MAX_LABEL_GAP, max(_GAP, _CHAR_W * 0.85 * longest + 24))
 
 
-def layout(root: Node) -> None:
-    """Size every box and place the tree with its top-left corner at (10, 10)."""
+def layout(root: Node, max_width: float = MAX_WIDTH) -> None:
+    """Size every box and place the tree with its top-left corner at (10, 10).
+
+    From the outside in, a compound state wider than ``max_width`` is turned top-down when
+    that makes it narrower; its children are then judged at their own widths.
+    """
     _measure(root)
+    for node in list(walk(root)):
+        if not node.children or node.w <= max_width:
+            continue
+        wide = node.w
+        node.direction = "TB"
+        _measure(root)
+        if node.w >= wide:
+            node.direction = "LR"
+            _measure(root)
     _place(root, 10.0, 10.0)

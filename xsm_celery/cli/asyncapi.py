@@ -1,5 +1,9 @@
 """``xsm-celery asyncapi CHART``: the AsyncAPI 3.0.0 document of a chart, optionally validated.
 
+``--workflow NAME`` (with ``--app``, or inside ``celery -A proj xsm``) documents a declared
+workflow instead: the Celery task message its worker accepts on its queue (see
+``xsm_celery.celery.workflow.asyncapi``); the chart document stays the dispatcher's.
+
 The document goes to stdout (or to ``-o FILE``, written atomically, so a failed run never
 leaves half a file behind). Like every command here, a refusal is one line on stderr:
 exit 2 for input that cannot work (an unloadable chart, an unwritable file, an empty
@@ -19,7 +23,8 @@ import click
 
 from xsm_celery.cli.base import EXIT_REPLAY_FAILED, CliError, OneLineCommand
 from xsm_celery.cli.dispatcher import load_machine
-from xsm_celery.errors import MissingExtraError
+from xsm_celery.cli.target import command_app
+from xsm_celery.errors import MissingExtraError, XsmError
 
 __all__ = ["EXIT_INVALID", "AsyncApiError", "asyncapi"]
 
@@ -92,8 +97,53 @@ def _write(path: Path, text: str) -> None:
         raise AsyncApiError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
 
 
+def _workflow_document(
+    ctx: click.Context,
+    app_spec: str | None,
+    name: str,
+    server: dict[str, str] | None,
+    **options: Any,
+) -> dict[str, Any]:
+    """The document of workflow ``name`` of the app, after the app imported its modules."""
+    app = command_app(ctx, app_spec)
+    if app is None:
+        raise AsyncApiError(
+            f"--workflow {name} needs a Celery app: pass --app module:app "
+            "(or run it as: celery -A proj xsm asyncapi --workflow NAME)"
+        )
+    from xsm_celery.celery.workflow.api import workflow_named
+
+    try:
+        app.loader.import_default_modules()  # the task modules declare the workflows
+        workflow = workflow_named(app, name)
+        return workflow.asyncapi(server, **options)
+    except XsmError as exc:
+        raise AsyncApiError(str(exc)) from None
+
+
+def _chart_document(chart: str, server: dict[str, str] | None, **options: Any) -> dict[str, Any]:
+    from xsm_celery.eda.asyncapi import asyncapi_document
+
+    try:
+        machine = load_machine(chart, None)
+    except CliError as exc:
+        raise AsyncApiError(exc.format_message()) from None
+    try:
+        return asyncapi_document(machine, server, **options)
+    except ValueError as exc:
+        raise AsyncApiError(f"cannot load machine {chart!r}: {exc}") from None
+
+
 @click.command("asyncapi", cls=_AsyncApiCommand)
-@click.argument("chart", type=click.Path(dir_okay=False))
+@click.argument("chart", type=click.Path(dir_okay=False), required=False)
+@click.option(
+    "--workflow",
+    "workflow_name",
+    default=None,
+    callback=_non_empty,
+    help="Document this workflow of the app (its Celery task message) instead of a CHART.",
+)
+@click.option("--app", "app_spec", metavar="MODULE:APP", help="Celery app of --workflow.")
 @click.option(
     "-o",
     "--output",
@@ -121,40 +171,46 @@ def _write(path: Path, text: str) -> None:
 )
 @click.option(
     "--outbound-topic",
-    default="events",
-    show_default=True,
+    default=None,
     callback=_non_empty,
-    help="The topic the outbox publishes to.",
+    help="The topic the outbox publishes to (default: events, or the workflow's outbox_topic).",
 )
 @click.option(
     "--validate",
     is_flag=True,
     help="Check the document against the AsyncAPI 3.0.0 JSON Schema (needs jsonschema).",
 )
+@click.pass_context
 def asyncapi(
+    ctx: click.Context,
     *,
-    chart: str,
+    chart: str | None,
+    workflow_name: str | None,
+    app_spec: str | None,
     output: str | None,
     server: str | None,
     protocol: str | None,
     inbound_topic: str | None,
-    outbound_topic: str,
+    outbound_topic: str | None,
     validate: bool,
 ) -> None:
-    """Generate the AsyncAPI 3.0.0 document of CHART (a chart JSON file)."""
-    from xsm_celery.eda.asyncapi import asyncapi_document
-
+    """Generate the AsyncAPI 3.0.0 document of CHART (a chart JSON file) or of --workflow."""
     server_object = _server(server, protocol)
-    try:
-        machine = load_machine(chart, None)
-    except CliError as exc:
-        raise AsyncApiError(exc.format_message()) from None
-    try:
-        document = asyncapi_document(
-            machine, server_object, inbound_topic=inbound_topic, outbound_topic=outbound_topic
+    if (chart is None) == (workflow_name is None):
+        raise AsyncApiError("give a CHART file or --workflow NAME (one of them)")
+    if workflow_name is not None:
+        if inbound_topic is not None:
+            raise AsyncApiError("--inbound-topic is the workflow's queue; set queue= on it")
+        options = {} if outbound_topic is None else {"outbound_topic": outbound_topic}
+        document = _workflow_document(ctx, app_spec, workflow_name, server_object, **options)
+    else:
+        assert chart is not None
+        document = _chart_document(
+            chart,
+            server_object,
+            inbound_topic=inbound_topic,
+            outbound_topic=outbound_topic or "events",
         )
-    except ValueError as exc:
-        raise AsyncApiError(f"cannot load machine {chart!r}: {exc}") from None
     if validate:
         _validate(document)
     text = json.dumps(document, indent=2, sort_keys=False) + "\n"
@@ -162,7 +218,8 @@ def asyncapi(
         click.echo(text, nl=False)
         return
     _write(Path(output), text)
-    consumed = len(document["channels"]["inbound"]["messages"])
+    inbound = document["channels"].get("inbound") or document["channels"]["steps"]
+    consumed = len(inbound["messages"])
     published = len(document["channels"]["outbound"]["messages"])
     checked = ", valid" if validate else ""
     click.echo(f"wrote {output}: {consumed} consumed, {published} published events{checked}")

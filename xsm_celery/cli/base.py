@@ -19,6 +19,7 @@ __all__ = [
     "CliError",
     "OneLineCommand",
     "OneLineGroup",
+    "command_name",
 ]
 
 #: Success.
@@ -31,19 +32,40 @@ EXIT_REPLAY_FAILED = 1
 #: limit, a missing guard-rail flag (``--yes``, ``--reason``) or a refused replay.
 EXIT_REFUSED = 2
 
-#: The prefix of every error line.
-PREFIX = "xsm dlq: error:"
+
+def command_name(ctx: click.Context | None = None) -> str | None:
+    """The xsm command ``ctx`` runs in (``dlq``, ``status``), or None outside of one.
+
+    That is the name right under the outermost xsm group: ``xsm-celery dlq show`` and
+    ``celery -A proj xsm dlq show`` are both ``dlq``, so an error line reads the same under
+    the console script and under Celery.
+    """
+    chain: list[click.Context] = []
+    current = ctx or click.get_current_context(silent=True)
+    while current is not None:
+        chain.insert(0, current)
+        current = current.parent
+    for depth, context in enumerate(chain[:-1]):
+        if isinstance(context.command, OneLineGroup):
+            return chain[depth + 1].info_name
+    return None
 
 
 class CliError(click.ClickException):
     """Refused input: one line on stderr, exit status 2.
 
-    ``prefix`` names the command in the line (``xsm dlq: error:`` unless a command's
-    own error class says otherwise).
+    The line starts with ``xsm <command>: error:``, the command it was raised in (``xsm:
+    error:`` outside of any), unless a command's own error class sets ``prefix``.
     """
 
     exit_code = EXIT_REFUSED
-    prefix = PREFIX
+    prefix: str | None = None
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        if self.prefix is None:
+            name = command_name()
+            self.prefix = f"xsm {name}: error:" if name else "xsm: error:"
 
     def show(self, file: IO[Any] | None = None) -> None:
         """Print ``<prefix> <message>`` on one line of stderr."""

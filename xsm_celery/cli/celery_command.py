@@ -14,6 +14,7 @@ from xsm_celery.cli.asyncapi import asyncapi
 from xsm_celery.cli.base import OneLineGroup
 from xsm_celery.cli.breakers import breakers
 from xsm_celery.cli.dlq import dlq
+from xsm_celery.cli.exporter import metrics
 from xsm_celery.cli.status import status
 
 __all__ = ["xsm"]
@@ -29,8 +30,10 @@ xsm.add_command(dlq)
 xsm.add_command(asyncapi)
 xsm.add_command(breakers)
 xsm.add_command(status)
+xsm.add_command(metrics)
 xsm.add_command(chart_tools.inspect)
 xsm.add_command(chart_tools.diagram)
 xsm.add_command(chart_tools.simulate)
 xsm.add_command(chart_tools.validate)
 xsm.add_command(chart_tools.docs)
+xsm.add_command(chart_tools.paths)

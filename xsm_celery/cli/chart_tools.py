@@ -1,4 +1,4 @@
-"""Chart tools: ``inspect``, ``diagram``, ``simulate``, ``validate`` and ``docs``.
+"""Chart tools: ``inspect``, ``diagram``, ``simulate``, ``validate``, ``docs`` and ``paths``.
 
 Each takes a chart file (or ``pkg:<name>.json`` for a chart shipped with xsm_celery) and
 needs none of the chart's code; ``--logic module[:attr]`` supplies it where it matters.
@@ -8,8 +8,11 @@ with one line per problem on stderr naming its path.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -20,6 +23,7 @@ from rich.tree import Tree
 
 from xsm_celery.charttools.docs import chart_markdown
 from xsm_celery.charttools.problems import find_problems
+from xsm_celery.charttools.simulate import UnresolvedDelayError
 from xsm_celery.charttools.simulate import simulate as run_simulation
 from xsm_celery.charttools.summary import summarise, tree_line
 from xsm_celery.charttools.svg import render_chart_svg
@@ -27,10 +31,18 @@ from xsm_celery.cli.base import EXIT_REFUSED, CliError, OneLineCommand
 from xsm_celery.cli.dispatcher import load_logic
 from xsm_celery.cli.render import make_console
 from xsm_celery.engine import Machine, create_machine, load_chart
+from xsm_celery.engine.graph import (
+    DEFAULT_MAX_DEPTH,
+    GUARD_MODES,
+    shortest_paths,
+    transition_coverage_targets,
+    transition_paths,
+)
+from xsm_celery.engine.graph_model import Path as ChartPath
 from xsm_celery.engine.mermaid import to_mermaid
 from xsm_celery.errors import XsmError
 
-__all__ = ["diagram", "docs", "inspect", "simulate", "validate"]
+__all__ = ["diagram", "docs", "inspect", "paths", "simulate", "validate"]
 
 
 class ChartCliError(CliError):
@@ -147,10 +159,19 @@ def simulate(chart: str, events: str, logic_spec: str | None, as_json: bool) -> 
     """
     config = _chart("simulate", chart)
     names = [e.strip() for e in events.split(",") if e.strip()]
+    logic = load_logic(logic_spec)
     try:
-        steps = run_simulation(config, names, load_logic(logic_spec))
+        unresolved = _unresolved_delays(config, logic)
+        with _quiet_unresolved_delays():
+            steps = run_simulation(config, names, logic)
     except XsmError as exc:
         raise ChartCliError("simulate", str(exc)) from None
+    if unresolved:
+        click.echo(
+            f"xsm simulate: note: named delays left unresolved, their timers are not armed "
+            f"(give them with --logic): {', '.join(unresolved)}",
+            err=True,
+        )
     for step in steps:
         if as_json:
             click.echo(
@@ -170,6 +191,31 @@ def simulate(chart: str, events: str, logic_spec: str | None, as_json: bool) -> 
         line = f"{step.event:<16} -> {', '.join(step.states)}  {context}"
         click.echo(line + (f"  ! {step.error}" if step.error else ""))
     click.echo(f"# -> {', '.join(steps[-1].states)}")
+
+
+def _unresolved_delays(config: dict[str, Any], logic: Any) -> list[str]:
+    """The named delays of the chart that ``logic`` does not give, each once, sorted."""
+    missing = create_machine(config, logic=logic).missing
+    return sorted({name for kind, name, _ in missing if kind == "delay"})
+
+
+class _DropUnresolvedDelays(logging.Filter):
+    """Drop the engine's "delay failed" record for a stub delay: the note says it once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, UnresolvedDelayError)
+
+
+@contextlib.contextmanager
+def _quiet_unresolved_delays() -> Iterator[None]:
+    engine_logger = logging.getLogger("xsm_celery.engine")
+    drop = _DropUnresolvedDelays()
+    engine_logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        engine_logger.removeFilter(drop)
 
 
 @click.command(cls=OneLineCommand)
@@ -199,3 +245,100 @@ def validate(chart: str, strict: bool, logic_spec: str | None) -> None:
 def docs(chart: str, output: str | None) -> None:
     """Write a Markdown page for a chart: diagram, states, events and publications."""
     _write(chart_markdown(_machine("docs", chart)), output)
+
+
+@click.command(cls=OneLineCommand)
+@_CHART
+@click.option(
+    "--coverage",
+    is_flag=True,
+    help="One path per transition (ending in it) instead of one per reachable configuration.",
+)
+@click.option(
+    "--guards",
+    type=click.Choice(GUARD_MODES),
+    default="both",
+    show_default=True,
+    help="How guards answer: each way (recorded per step), always true, or always false.",
+)
+@click.option(
+    "--max-depth",
+    type=click.IntRange(min=0),
+    default=DEFAULT_MAX_DEPTH,
+    show_default=True,
+    help="Steps in a path at most.",
+)
+@_LOGIC
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per path.")
+def paths(
+    chart: str,
+    *,
+    coverage: bool,
+    guards: str,
+    max_depth: int,
+    logic_spec: str | None,
+    as_json: bool,
+) -> None:
+    """Print the shortest path to every reachable configuration (or through every transition).
+
+    A step is an event, ``+MS`` (time passes until the next timer fires) or an
+    invocation's ``done.invoke.<id>`` / ``error.platform.<id>``; ``[guard:x=False]`` names
+    the guard answers a path needs. Only the chart's delays come from --logic.
+    """
+    machine = _machine("paths", chart, logic_spec)
+    prefix = machine.id + "."
+    try:
+        if coverage:
+            found = transition_paths(machine, guards=guards, max_depth=max_depth)
+            rows = [
+                (f"{_short(s, prefix)} --{label}--> {_short(t, prefix)}", [s, label, t], path)
+                for (s, label, t), path in found.items()
+            ]
+            missed = sorted(transition_coverage_targets(machine) - set(found))
+        else:
+            reached = shortest_paths(machine, guards=guards, max_depth=max_depth)
+            rows = [
+                (", ".join(sorted(_short(s, prefix) for s in states)), sorted(states), path)
+                for states, path in reached.items()
+            ]
+            missed = []
+    except XsmError as exc:
+        raise ChartCliError("paths", str(exc)) from None
+    width = max((len(name) for name, _, _ in rows), default=0)
+    for name, key, path in rows:
+        if as_json:
+            field = "transition" if coverage else "states"
+            click.echo(json.dumps({field: key, **_path_json(path)}, sort_keys=True))
+        else:
+            click.echo(f"{name:<{width}}  {_path_line(path)}")
+    for source, label, target in missed:
+        line = f"{_short(source, prefix)} --{label}--> {_short(target, prefix)}"
+        if as_json:
+            click.echo(json.dumps({"transition": [source, label, target], "steps": None}))
+        else:
+            click.echo(f"# not taken within {max_depth} steps: {line}")
+
+
+def _short(state_id: str, prefix: str) -> str:
+    return state_id.removeprefix(prefix) if state_id != prefix[:-1] else state_id
+
+
+def _path_line(path: ChartPath) -> str:
+    assumed = sorted({a for step in path.steps for a in step.assumptions})
+    line = path.event_string() or "(start)"
+    return line + (f"  [{', '.join(assumed)}]" if assumed else "")
+
+
+def _path_json(path: ChartPath) -> dict[str, Any]:
+    return {
+        "steps": [
+            {
+                "event": step.event,
+                "delay_ms": step.delay_ms,
+                "to": sorted(step.to_states),
+                "assumptions": list(step.assumptions),
+            }
+            for step in path.steps
+        ],
+        "events": path.event_string(),
+    }

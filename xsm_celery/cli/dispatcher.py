@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from xsm_celery.cli.base import CliError
+from xsm_celery.cli.target import cwd_on_path, open_existing
 from xsm_celery.errors import XsmError
+from xsm_celery.persistence.opening import scheme_of
 
 __all__ = ["build_dispatcher", "load_logic", "load_machine", "open_state_store"]
 
@@ -26,6 +28,7 @@ def load_logic(spec: str | None) -> Any:
     if not spec:
         return None
     module_name, _, attr = spec.partition(":")
+    cwd_on_path()
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -57,8 +60,11 @@ def load_machine(path: str, logic: Any) -> Any:
 
 
 def open_state_store(url: str) -> tuple[Any, Any]:
-    """The existing state store and its inbox: ``sqlite:///path`` or ``postgresql://...``."""
-    scheme = url.split("://", 1)[0].split("+", 1)[0].lower() if "://" in url else ""
+    """The existing state store and its inbox: ``sqlite:///path``, ``postgresql://...``,
+    ``"django"`` or ``django://<alias>``."""
+    scheme = scheme_of(url)
+    if scheme == "django":
+        return open_existing(url, "snapshots", "--store"), open_existing(url, "inbox", "--store")
     try:
         if scheme == "sqlite":
             return _sqlite_store(url)
@@ -70,7 +76,8 @@ def open_state_store(url: str) -> tuple[Any, Any]:
     except XsmError as exc:
         raise CliError(f"cannot open --store {url!r}: {exc}") from None
     raise CliError(
-        f"unsupported --store URL {url!r}; use sqlite:///state.db or postgresql://user@host/db"
+        f"unsupported --store URL {url!r}; use sqlite:///state.db, postgresql://user@host/db "
+        "or 'django'"
     )
 
 

@@ -11,6 +11,7 @@ from xsm_celery.cli.asyncapi import asyncapi
 from xsm_celery.cli.base import OneLineGroup
 from xsm_celery.cli.breakers import breakers
 from xsm_celery.cli.dlq import dlq
+from xsm_celery.cli.exporter import metrics
 from xsm_celery.cli.status import status
 
 __all__ = ["cli", "main"]
@@ -34,11 +35,13 @@ cli.add_command(dlq)
 cli.add_command(asyncapi)
 cli.add_command(breakers)
 cli.add_command(status)
+cli.add_command(metrics)
 cli.add_command(chart_tools.inspect)
 cli.add_command(chart_tools.diagram)
 cli.add_command(chart_tools.simulate)
 cli.add_command(chart_tools.validate)
 cli.add_command(chart_tools.docs)
+cli.add_command(chart_tools.paths)
 
 
 def main() -> None:

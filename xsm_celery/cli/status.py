@@ -3,9 +3,9 @@
 Dead letters by reason over the last hour and day, the outbox backlog and the age of its
 oldest row, durable timers and how late the earliest is, persisted instances by state, and
 the breakers and limits the running workers report. The stores come from the app's
-settings (``--app``, or the app ``celery -A`` loaded) and from URLs given on the command
-line, which win. A store that cannot be read is shown as an error line of its own and the
-exit status is 1, so a cron check notices; everything else is still printed.
+settings (``--app``, or the app ``celery -A`` loaded) and from URLs (or ``"django"``) given
+on the command line, which win. A store that cannot be read is shown as an error line of its
+own and the exit status is 1, so a cron check notices; everything else is still printed.
 """
 
 from __future__ import annotations
@@ -21,10 +21,9 @@ from rich.table import Table
 
 from xsm_celery.cli.base import CliError, OneLineCommand
 from xsm_celery.cli.render import make_console, when
-from xsm_celery.cli.target import _load_app
+from xsm_celery.cli.target import command_app, open_existing
 from xsm_celery.errors import XsmError
 from xsm_celery.metrics.figures import Figures, Sources, read_figures
-from xsm_celery.persistence.opening import open_store
 
 __all__ = ["EXIT_UNREADABLE", "render_figures", "status"]
 
@@ -101,19 +100,14 @@ def _open_urls(
     dlq: str | None, timers: str | None, outbox: str | None, instances: str | None
 ) -> dict[str, Any]:
     opened: dict[str, Any] = {}
-    try:
-        if dlq:
-            opened["dead_letters"] = open_store(
-                dlq, "dead_letters", setting="--dlq", existing_only=True
-            )
-        if timers:
-            opened["timers"] = open_store(timers, "timers", setting="--timers")
-        if outbox:
-            opened["outbox"] = open_store(outbox, "outbox", setting="--outbox")
-        if instances:
-            opened["instances"] = open_store(instances, "snapshots", setting="--instances")
-    except (XsmError, ValueError) as exc:
-        raise CliError(str(exc)) from None
+    if dlq:
+        opened["dead_letters"] = open_existing(dlq, "dead_letters", "--dlq")
+    if timers:
+        opened["timers"] = open_existing(timers, "timers", "--timers")
+    if outbox:
+        opened["outbox"] = open_existing(outbox, "outbox", "--outbox")
+    if instances:
+        opened["instances"] = open_existing(instances, "snapshots", "--instances")
     return opened
 
 
@@ -139,11 +133,15 @@ def _sources(app: Any, ask_workers: bool, urls: dict[str, Any]) -> Sources:
 @click.option(
     "--app", "app_spec", metavar="MODULE:APP", help="Celery app whose settings name the stores."
 )
-@click.option("--dlq", metavar="URL", envvar="XSM_DLQ", help="Dead-letter store URL.")
-@click.option("--timers", metavar="URL", help="Durable timer store URL (SQLAlchemy).")
-@click.option("--outbox", metavar="URL", help="Outbox URL (SQLAlchemy).")
 @click.option(
-    "--instances", metavar="URL", help="Snapshot store of persisted machines (SQLAlchemy)."
+    "--dlq", metavar="URL", envvar="XSM_DLQ", help="Dead-letter store: a database URL or 'django'."
+)
+@click.option("--timers", metavar="URL", help="Durable timer store: a database URL or 'django'.")
+@click.option("--outbox", metavar="URL", help="Outbox: a database URL or 'django'.")
+@click.option(
+    "--instances",
+    metavar="URL",
+    help="Snapshot store of persisted machines: a database URL or 'django'.",
 )
 @click.option(
     "--workers/--no-workers",
@@ -167,8 +165,7 @@ def status(  # noqa: PLR0917 - one parameter per click option
 
     Exit codes: 0 every store answered, 1 one could not be read, 2 refused input.
     """
-    root = ctx.find_root().obj
-    app = _load_app(app_spec) if app_spec else getattr(root, "app", None)
+    app = command_app(ctx, app_spec)
     urls = _open_urls(dlq, timers, outbox, instances)
     figures = read_figures(_sources(app, workers and app is not None, urls))
     if as_json:

@@ -1,21 +1,44 @@
-"""The Prometheus collector of store figures: backlog, failed rows, timers, recent dead letters.
+"""The Prometheus collector of what is true now: store figures and the fleet's Redis state.
 
-Registered on the registry a worker serves, it reads the stores on each scrape through
-``read_figures``, so the numbers are the database's, whichever worker answers. A store
-that is down shows as ``xsm_store_up{store="..."} 0`` instead of failing the scrape.
+Registered on the registry a worker serves, it reads the stores and the fleet's Redis on
+a scrape through ``read_figures``, so the numbers are the database's and Redis', whichever
+worker answers: ``xsm_breaker_state`` of a fleet breaker is the state in Redis (an elapsed
+cooldown applied), a bucket's ``xsm_limit_tokens`` is refilled to the moment of the read.
+One reading serves every scrape within ``CACHE_S``. A store that is down shows as
+``xsm_store_up{store="..."} 0`` (the fleet as ``store="fleet"``) and its gauges are left out
+instead of failing the scrape.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from xsm_celery.metrics.figures import Sources, read_figures
+from xsm_celery.metrics.figures import FLEET_WORKER, Figures, Sources, WorkerState, read_figures
 from xsm_celery.metrics.labels import LabelGuard
+from xsm_celery.metrics.states import BREAKER_STATES
 
-__all__ = ["StoreFiguresCollector"]
+__all__ = ["CACHE_S", "StoreFiguresCollector"]
 
-_PARTS = ("dead_letters", "outbox", "timers", "instances")
+#: Seconds one reading of the stores and the fleet serves scrapes for.
+CACHE_S = 1.0
+
+_PARTS = ("dead_letters", "outbox", "timers", "instances", "fleet")
+
+#: Fleet gauges: row kind -> (metric, help, detail field).
+_FLEET_GAUGES = (
+    ("rate", "xsm_limit_tokens", "Tokens a fleet bucket holds now (refilled at read).", "tokens"),
+    (
+        "rate",
+        "xsm_limit_reserved_tokens",
+        "Tokens of a fleet bucket promised to deferred calls.",
+        "reserved",
+    ),
+    ("window", "xsm_limit_window_used", "Places a fleet sliding window has used.", "used"),
+    ("slots", "xsm_limit_slots_held", "Slots of a fleet slot pool held now.", "held"),
+)
 
 
 class StoreFiguresCollector:
@@ -26,21 +49,33 @@ class StoreFiguresCollector:
             so a worker does not open its stores before it serves anything).
     """
 
-    def __init__(self, sources: Sources | Callable[[], Sources]) -> None:
+    def __init__(
+        self, sources: Sources | Callable[[], Sources], *, cache_s: float = CACHE_S
+    ) -> None:
         self._sources = sources
         self._guard = LabelGuard()
+        self._cache_s = cache_s
+        self._read: tuple[float, Figures] | None = None
+        self._lock = threading.Lock()
 
     def _resolve(self) -> Sources:
         if callable(self._sources):
             self._sources = self._sources()
         return self._sources
 
+    def _figures(self) -> tuple[Sources, Figures]:
+        with self._lock:
+            sources = self._resolve()
+            now = time.monotonic()
+            if self._read is None or now - self._read[0] >= self._cache_s:
+                self._read = (now, read_figures(sources))
+            return sources, self._read[1]
+
     def collect(self) -> Iterator[Any]:
         """The gauges of one reading (``prometheus_client`` calls this on scrape)."""
         from prometheus_client.core import GaugeMetricFamily
 
-        sources = self._resolve()
-        figures = read_figures(sources)
+        sources, figures = self._figures()
         up = GaugeMetricFamily(
             "xsm_store_up", "Whether a store answered the last scrape.", labels=["store"]
         )
@@ -91,4 +126,28 @@ class StoreFiguresCollector:
             )
             for machine, state, n in figures.instances:
                 family.add_metric(list(self._guard.admit((machine, state))), float(n))
+            yield family
+        if sources.fleet is not None and "fleet" not in figures.errors:
+            fleet = [row for row in figures.workers or [] if row.worker == FLEET_WORKER]
+            yield from self._fleet(fleet)
+
+    def _fleet(self, rows: list[WorkerState]) -> Iterator[Any]:
+        """The fleet's breakers and limiters as read from its Redis for this scrape."""
+        from prometheus_client.core import GaugeMetricFamily
+
+        breakers = GaugeMetricFamily(
+            "xsm_breaker_state",
+            "Fleet breaker state in Redis now: 0 closed, 1 half-open, 2 open.",
+            labels=["breaker", "scope"],
+        )
+        for row in rows:
+            value = BREAKER_STATES.get(row.state)
+            if row.kind == "breaker" and value is not None:
+                breakers.add_metric([*self._guard.admit((row.name,)), "fleet"], float(value))
+        yield breakers
+        for kind, name, doc, field in _FLEET_GAUGES:
+            family = GaugeMetricFamily(name, doc, labels=["limit"])
+            for row in rows:
+                if row.kind == kind and field in row.detail:
+                    family.add_metric(list(self._guard.admit((row.name,))), row.detail[field])
             yield family

@@ -5,6 +5,10 @@ publish on the broker. ``CeleryEvents`` sends the facts an operator watches ther
 custom event types beside the task events, through an event ``Dispatcher`` of the app
 (one per process, opened on first use, so a pool child never shares its parent's
 connection). Only bounded fields travel (names, ids, reasons, numbers), never arguments.
+
+The events follow Celery's own switch: a worker started with ``-E`` (or an app with
+``worker_send_task_events = True``) sends them; ``xsm_send_events`` True or False overrides
+that either way.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 from xsm_celery.hooks import Fact, FactKind, subscribe
 from xsm_celery.process import current_pid
 
-__all__ = ["EVENT_TYPES", "CeleryEvents", "event_fields", "install_events"]
+__all__ = ["EVENT_TYPES", "CeleryEvents", "event_fields", "events_wanted", "install_events"]
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +39,22 @@ EVENT_TYPES: dict[FactKind, str] = {
 #: Event fields the dispatcher sets itself; a fact's field of that name is left out.
 _RESERVED = frozenset({"type", "hostname", "timestamp", "utcoffset", "pid", "clock", "uuid"})
 _MAX_TEXT = 200
+
+
+def events_wanted(app: Any, worker: Any = None) -> bool:
+    """Whether a worker of ``app`` sends the ``xsm-*`` events.
+
+    ``xsm_send_events`` decides when it is set. Otherwise they follow the task events:
+    ``-E`` sets the worker's ``task_events`` (not ``app.conf``), and without a worker the
+    app's ``worker_send_task_events`` setting answers.
+    """
+    forced = app.conf.get("xsm_send_events")
+    if forced is not None:
+        return bool(forced)
+    task_events = getattr(worker, "task_events", None)
+    if task_events is None:
+        task_events = app.conf.get("worker_send_task_events")
+    return bool(task_events)
 
 
 def event_fields(fields: Mapping[str, object]) -> dict[str, Any]:

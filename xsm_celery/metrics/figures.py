@@ -3,10 +3,15 @@
 Counters say what happened; an operator also needs what is true now: how many outbox rows
 wait and how old the oldest is, how many durable timers are stored and how late the
 earliest due one is, how many dead letters arrived in the last hour and day by reason, how
-many workflow instances sit in each state. ``read_figures`` asks the stores once; the
-Prometheus collector calls it on every scrape, ``xsm-celery status`` and the Django admin
-status page on every view. A store that is down costs its part of the report (recorded in
-``errors``), never the rest of it.
+many workflow instances sit in each state, and what state every fleet breaker and limiter is
+in. ``read_figures`` asks the stores once; the Prometheus collector calls it on every scrape,
+``xsm-celery status`` and the Django admin status page on every view, so the three show the
+same truth. A store that is down costs its part of the report (recorded in ``errors``),
+never the rest of it.
+
+Breakers and limiters come from two places, both in ``Figures.workers``: the fleet's own
+state in Redis, read now (rows whose ``worker`` is ``FLEET_WORKER``), and the process-local
+breakers running workers report, each with its ``age_s``.
 
 Standard library only: the stores are passed in.
 """
@@ -22,6 +27,7 @@ from typing import Any
 
 __all__ = [
     "DEAD_LETTER_WINDOWS",
+    "FLEET_WORKER",
     "MAX_INSTANCES_SCANNED",
     "Figures",
     "OutboxFigures",
@@ -37,6 +43,8 @@ logger = logging.getLogger(__name__)
 DEAD_LETTER_WINDOWS: tuple[tuple[str, float], ...] = (("1h", 3600.0), ("24h", 86_400.0))
 #: Most workflow instances one report reads (the report says when it stopped early).
 MAX_INSTANCES_SCANNED = 5000
+#: The ``worker`` of a row read from the fleet's Redis rather than reported by a worker.
+FLEET_WORKER = "fleet"
 
 
 @dataclass(frozen=True)
@@ -48,8 +56,11 @@ class Sources:
     timers: Any = None
     #: A ``StateStore`` of persisted machines (workflow instances).
     instances: Any = None
-    #: Breaker and limiter states reported by running workers (see ``WorkerState``).
+    #: Process-local breaker states reported by running workers (see ``WorkerState``).
     workers: Callable[[], Iterable[WorkerState]] | None = None
+    #: Fleet breakers, limiters and slot pools read from the fleet's Redis now, as
+    #: ``WorkerState`` rows whose ``worker`` is ``FLEET_WORKER``.
+    fleet: Callable[[], Iterable[WorkerState]] | None = None
 
 
 @dataclass(frozen=True)
@@ -73,7 +84,10 @@ class TimerFigures:
 
 @dataclass(frozen=True)
 class WorkerState:
-    """One breaker or limiter as a worker last saw it."""
+    """One breaker or limiter: as read from the fleet now, or as a worker last saw it.
+
+    A worker's row has ``detail["age_s"]``, the seconds since the change it reports.
+    """
 
     worker: str
     kind: str
@@ -116,6 +130,7 @@ def read_figures(sources: Sources, *, now: float | None = None) -> Figures:
         ("outbox", sources.outbox, _outbox),
         ("timers", sources.timers, _timers),
         ("instances", sources.instances, _instances),
+        ("fleet", sources.fleet, lambda read, _now: list(read())),
         ("workers", sources.workers, lambda read, _now: list(read())),
     ]
     for name, source, read in parts:
@@ -129,6 +144,8 @@ def read_figures(sources: Sources, *, now: float | None = None) -> Figures:
             continue
         if name == "instances":
             figures.instances, figures.instances_truncated = value
+        elif name in ("fleet", "workers"):
+            figures.workers = [*(figures.workers or []), *value]
         else:
             setattr(figures, name, value)
     return figures

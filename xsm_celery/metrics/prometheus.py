@@ -19,6 +19,7 @@ from typing import Any
 from xsm_celery.errors import MissingExtraError
 from xsm_celery.hooks import Fact, FactKind, subscribe
 from xsm_celery.metrics.labels import OTHER, LabelGuard, field_of
+from xsm_celery.metrics.states import BREAKER_STATES
 
 try:
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -37,8 +38,8 @@ __all__ = [
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 #: Seconds buckets for retry delays and timer lag (which reach minutes and hours).
 DELAY_BUCKETS = (0.1, 0.5, 1, 5, 15, 30, 60, 300, 900, 3600, 4 * 3600, 86_400)
-#: The value ``xsm_breaker_state`` takes for each state (higher is worse).
-BREAKER_STATES = {"closed": 0, "half_open": 1, "open": 2}
+#: The step messages that are completions of a task step (the others: start, event, timer).
+_COMPLETION_KINDS = frozenset({"done", "error"})
 
 
 class PrometheusMetrics:
@@ -115,7 +116,9 @@ class PrometheusMetrics:
             "xsm_workflow_events", "Workflow events stepped, by outcome.", ("workflow", "outcome")
         )
         self.workflow_errors = c(
-            "xsm_workflow_step_errors", "Workflow steps that failed.", ("workflow", "exception")
+            "xsm_workflow_step_errors",
+            "Workflow steps that failed, by exception type and what became of the step.",
+            ("workflow", "exception", "outcome"),
         )
         self.workflow_transitions = c(
             "xsm_workflow_transitions",
@@ -124,16 +127,30 @@ class PrometheusMetrics:
         )
         self.stale = c(
             "xsm_workflow_stale_completions",
-            "Completions that arrived after their step moved on.",
+            "Task-step completions that arrived after their step moved on.",
+            ("workflow",),
+        )
+        self.stale_timers = c(
+            "xsm_workflow_stale_timers",
+            "Timer messages that arrived after their timer was cancelled or had fired.",
             ("workflow",),
         )
         self.breaker_transitions = c(
             "xsm_breaker_transitions", "Breaker state changes.", ("breaker", "scope", "state")
         )
+        # A fleet breaker's state is read from Redis on scrape (``collector``); a
+        # process-local one exists only in its processes, so the worst live one is shown.
         self.breaker_state = Gauge(
-            "xsm_breaker_state",
-            "Breaker state: 0 closed, 1 half-open, 2 open (worst process).",
-            ("breaker", "scope"),
+            "xsm_process_breaker_state",
+            "Process-local breaker state: 0 closed, 1 half-open, 2 open (worst live process).",
+            ("breaker",),
+            registry=reg,
+            multiprocess_mode="livemax",
+        )
+        self.breaker_changed = Gauge(
+            "xsm_process_breaker_changed_at_seconds",
+            "Epoch seconds of the latest state change of a process-local breaker.",
+            ("breaker",),
             registry=reg,
             multiprocess_mode="livemax",
         )
@@ -200,12 +217,13 @@ class PrometheusMetrics:
             k.DISPATCH_OUTCOME: self._dispatched,
             k.WORKFLOW_STEP: self._workflow_step,
             k.WORKFLOW_STEP_FAILED: lambda f: self._inc(
-                self.workflow_errors, _workflow(f), f.get("exception")
+                self.workflow_errors,
+                _workflow(f),
+                field_of(f, "exception", "error") or "unknown",
+                f.get("outcome") or "failed",
             ),
-            k.WORKFLOW_TRANSITION: lambda f: self._inc(
-                self.workflow_transitions, _workflow(f), field_of(f, "to_state", "state", "to")
-            ),
-            k.STALE_COMPLETION: lambda f: self._inc(self.stale, _workflow(f)),
+            k.WORKFLOW_TRANSITION: self._workflow_transition,
+            k.STALE_COMPLETION: self._stale,
             k.BREAKER_TRANSITION: self._breaker,
             k.LIMIT_ADMITTED: lambda f: self._inc(self.admitted, _limit(f)),
             k.LIMIT_DEFERRED: lambda f: self._inc(self.deferred, _limit(f)),
@@ -251,14 +269,27 @@ class PrometheusMetrics:
     def _workflow_step(self, f: Mapping[str, object]) -> None:
         self._inc(self.workflow_events, _workflow(f), f.get("outcome") or "processed")
 
+    def _workflow_transition(self, f: Mapping[str, object]) -> None:
+        state = field_of(f, "to_state", "state", "to")
+        if state:  # a targetless transition enters no state
+            self._inc(self.workflow_transitions, _workflow(f), state)
+
+    def _stale(self, f: Mapping[str, object]) -> None:
+        kind = f.get("message_kind")
+        if kind == "timer":
+            self._inc(self.stale_timers, _workflow(f))
+        elif kind is None or kind in _COMPLETION_KINDS:
+            self._inc(self.stale, _workflow(f))
+
     def _breaker(self, f: Mapping[str, object]) -> None:
         name = field_of(f, "breaker", "name")
         state = field_of(f, "to_state", "state", "to")
         scope = f.get("scope") or "process"
         self._inc(self.breaker_transitions, name, scope, state)
         value = BREAKER_STATES.get(str(state))
-        if value is not None:
-            self._labels(self.breaker_state, name, scope).set(value)
+        if value is not None and scope != "fleet":
+            self._labels(self.breaker_state, name).set(value)
+            self._labels(self.breaker_changed, name).set_to_current_time()
 
 
 def _factory(kind: Any, registry: CollectorRegistry) -> Callable[..., Any]:
@@ -269,7 +300,8 @@ def _factory(kind: Any, registry: CollectorRegistry) -> Callable[..., Any]:
 
 
 def _kind(f: Mapping[str, object]) -> object:
-    return field_of(f, "purpose", "timer") or "machine"
+    """A timer's purpose; every emitter names one, so a missing one shows as ``unknown``."""
+    return field_of(f, "purpose", "timer") or "unknown"
 
 
 def _workflow(f: Mapping[str, object]) -> object:

@@ -8,6 +8,11 @@ before the pool forks and remembers it (``multiprocess_dir``) until ``release_mu
 ``serve`` starts the HTTP server in the worker's main process with a registry that reads the
 files plus the store figures. The same code serves the solo and threads pools, where there is
 one process and the files cost nothing extra.
+
+Workers on one host can share one endpoint instead: started with the same
+``PROMETHEUS_MULTIPROC_DIR`` and no ``xsm_metrics_port``, each records into that directory
+(``shared_multiprocess_dir``) and serves nothing, and one ``xsm-celery metrics`` process
+serves the directory with the app's queue lengths and workers.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ __all__ = [
     "prepare_multiprocess",
     "release_multiprocess",
     "serve",
+    "shared_multiprocess_dir",
 ]
 
 logger = logging.getLogger(__name__)
@@ -75,6 +81,21 @@ def prepare_multiprocess() -> tuple[str, bool]:
     return path, created
 
 
+def shared_multiprocess_dir() -> str | None:
+    """The ``PROMETHEUS_MULTIPROC_DIR`` this process was started with, if it is a directory.
+
+    A worker with no port of its own records into it for another process to serve; a
+    variable naming no directory is ignored with a warning rather than stopping the worker.
+    """
+    path = os.environ.get(ENV) or os.environ.get(ENV.lower())
+    if not path:
+        return None
+    if not os.path.isdir(path):
+        logger.warning("%s=%r is not a directory; the worker records no metrics", ENV, path)
+        return None
+    return path
+
+
 def multiprocess_dir() -> str | None:
     """The directory ``prepare_multiprocess`` chose in this process, until it is released."""
     return _prepared
@@ -87,6 +108,8 @@ def release_multiprocess(path: str, created: bool) -> None:
         _prepared = None
     if created:
         shutil.rmtree(path, ignore_errors=True)
+        if os.environ.get(ENV) == path:
+            del os.environ[ENV]
 
 
 def mark_process_dead(pid: int) -> None:
@@ -103,7 +126,7 @@ class MetricsServer:
 
     addr: str
     port: int
-    path: str
+    path: str | None
     created: bool
     registry: CollectorRegistry
     _server: Any = None
@@ -115,13 +138,14 @@ class MetricsServer:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
-        release_multiprocess(self.path, self.created)
+        if self.path is not None:
+            release_multiprocess(self.path, self.created)
 
 
 def serve(
     port: int,
     addr: str,
-    path: str,
+    path: str | None,
     *,
     created: bool = False,
     extra: Callable[[CollectorRegistry], None] | None = None,
@@ -129,10 +153,12 @@ def serve(
     """Serve the metric files of ``path`` (and ``extra``'s collectors) on ``addr:port``.
 
     Raises:
-        ConfigurationError: the port is taken; two workers on one host need two ports.
+        ConfigurationError: the port is taken; two workers on one host need two ports,
+            or one shared directory served by ``xsm-celery metrics``.
     """
     registry = CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
+    if path is not None:
+        multiprocess.MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
     if extra is not None:
         extra(registry)
     try:
@@ -140,7 +166,8 @@ def serve(
     except OSError as exc:
         raise ConfigurationError(
             f"cannot serve metrics on {addr}:{port} ({exc}); give each worker on this host "
-            "its own xsm_metrics_port, or set it to 0 for a free port"
+            "its own xsm_metrics_port (0 picks a free one), or let them share one endpoint: "
+            "the same PROMETHEUS_MULTIPROC_DIR, no port, and one `xsm-celery metrics`"
         ) from exc
     bound = int(server.server_address[1])
     logger.info("xsm_celery metrics on http://%s:%d/metrics", addr, bound)

@@ -8,6 +8,12 @@
     app.conf.xsm_send_events = True      # Celery events (default: follows -E)
     app.conf.xsm_log_facts = True        # structured log records (default on)
 
+With ``xsm_metrics_port`` unset, a worker started with ``PROMETHEUS_MULTIPROC_DIR`` naming a
+directory still records its metrics there and serves nothing: several workers on one host
+share the directory, and one ``xsm-celery metrics`` process serves it (see
+``xsm_celery.metrics.server``). Either way every task of the app is counted
+(``xsm_celery.metrics.app_tasks``), not only chart tasks.
+
 The keys are declared in ``xsm_celery.celery.settings`` and read here. Importing
 ``xsm_celery.celery`` calls ``connect_worker_signals``, handing it the function that names an
 app's stores, so this module imports nothing of the Celery integration: the dependency points
@@ -33,9 +39,9 @@ from typing import Any
 
 from celery import signals
 
-from xsm_celery.errors import ConfigurationError, XsmError
+from xsm_celery.errors import ConfigurationError, MissingExtraError, XsmError
 from xsm_celery.hooks import FactKind, subscribe
-from xsm_celery.metrics.events import CeleryEvents
+from xsm_celery.metrics.events import CeleryEvents, events_wanted
 from xsm_celery.metrics.figures import Sources
 from xsm_celery.metrics.logs import FactLogger
 from xsm_celery.metrics.states import StateBoard, board
@@ -78,6 +84,7 @@ class _Running:
     path: str | None = None
     created: bool = False
     events: Any = None
+    app_tasks: Any = None
     unsubscribe: list[Any] = field(default_factory=list)
 
 
@@ -169,26 +176,48 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
 def _install(app: Any, worker: Any, running: _Running) -> None:
     config = running.config
     running.unsubscribe.append(_subscribe(board.handle, StateBoard.KINDS))
-    if config.metrics_port is not None:
-        from xsm_celery.metrics.server import prepare_multiprocess
-
-        running.path, running.created = prepare_multiprocess()
+    prepared = _metrics_dir(config)
+    if prepared is not None:
+        running.path, running.created = prepared
         from prometheus_client import CollectorRegistry
 
+        from xsm_celery.metrics.app_tasks import AppTaskMetrics
         from xsm_celery.metrics.prometheus import PrometheusMetrics
 
-        running.metrics = PrometheusMetrics(CollectorRegistry())
+        registry = CollectorRegistry()
+        running.metrics = PrometheusMetrics(registry)
         running.unsubscribe.append(_subscribe(running.metrics.handle))
+        running.app_tasks = AppTaskMetrics(registry, str(getattr(worker, "hostname", "") or ""))
+        running.app_tasks.connect()
     if config.tracing:
         from xsm_celery.metrics.tracing import Tracing
 
         running.unsubscribe.append(_subscribe(Tracing().handle))
         _connect_trace_propagation()
-    if config.send_events:
+    if events_wanted(app, worker):  # -E, unless xsm_send_events says otherwise
         running.events = CeleryEvents(app, getattr(worker, "hostname", None))
         running.unsubscribe.append(_subscribe(running.events.handle))
     if config.log_facts:
         running.unsubscribe.append(_subscribe(FactLogger().handle, FactLogger.KINDS))
+
+
+def _metrics_dir(config: ObservabilityConfig) -> tuple[str, bool] | None:
+    """The multiprocess directory this worker records into, and whether it made it.
+
+    A port of its own: the configured directory or a private one. No port: the shared
+    ``PROMETHEUS_MULTIPROC_DIR`` when one is set (and ``prometheus_client`` installed),
+    else None, and the worker records nothing.
+    """
+    if config.metrics_port is None:
+        try:
+            from xsm_celery.metrics.server import shared_multiprocess_dir
+        except MissingExtraError:
+            return None
+        if shared_multiprocess_dir() is None:
+            return None
+    from xsm_celery.metrics.server import prepare_multiprocess
+
+    return prepare_multiprocess()
 
 
 def _subscribe(handler: Any, kinds: Iterable[FactKind] | None = None) -> Any:
@@ -224,8 +253,10 @@ def _on_worker_ready(
 
 def _register_figures(app: Any, sources: Callable[[Any], Sources], registry: Any) -> None:
     from xsm_celery.metrics.collector import StoreFiguresCollector
+    from xsm_celery.metrics.queues import QueueLengthCollector
 
     registry.register(StoreFiguresCollector(lambda: sources(app)))
+    registry.register(QueueLengthCollector(app))
 
 
 def _on_process_shutdown(pid: int | None = None, **_: Any) -> None:
@@ -244,6 +275,8 @@ def _on_worker_shutdown(sender: Any = None, **_: Any) -> None:
         return
     for stop in running.unsubscribe:
         stop()
+    if running.app_tasks is not None:
+        running.app_tasks.disconnect()
     if running.events is not None:
         running.events.close()
     if running.server is not None:

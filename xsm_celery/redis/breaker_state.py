@@ -240,6 +240,32 @@ class FleetBreaker:
         with self._lock:
             return self._describe(*self._load_state())
 
+    def current_state(self) -> dict[str, object]:
+        """Like ``state()``, with what the chart's clock did since the last write applied.
+
+        An open circuit whose cooldown ran out reads ``half_open`` (the next call is a probe)
+        and a probe lost past ``probe_timeout_ms`` counts as failed, as the next admission
+        would see them; nothing is written, so reading never moves the breaker. Only
+        meaningful with the breaker's real options (its cooldown is the chart's timer).
+
+        Raises:
+            StoreUnavailableError: Redis could not be reached.
+        """
+        with self._lock:
+            leaf, ctx, token, now = self._load_state()
+            step = self._step([], None, now, False, False)
+            if step is None:
+                return self._describe(leaf, ctx, token, now)
+            stored = self._blob
+            self._blob = step[0]
+            try:
+                snapshot = step[0]["snapshot"]
+                return self._describe(
+                    str(snapshot["value"]), dict(snapshot["context"]), int(step[0]["token"]), now
+                )
+            finally:
+                self._blob = stored
+
     def apply(self, event: str | None, generation: int | None) -> dict[str, object]:
         """Send ``event`` (or only apply an elapsed cooldown) to the shared chart, now.
 

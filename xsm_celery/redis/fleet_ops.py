@@ -21,6 +21,7 @@ from typing import Any
 from xsm_celery.errors import ConfigurationError
 from xsm_celery.redis.breaker_state import FleetBreaker
 from xsm_celery.redis.fleet_store import FleetKey, FleetRedis
+from xsm_celery.redis.rate_limit import level_at
 
 __all__ = ["AUDIT_ACTION", "FleetRow", "audit_reset", "find_key", "list_fleet", "reset_fleet"]
 
@@ -80,14 +81,14 @@ def _row(
     client = store.client
     redis_key = store.key(key)
     if key.kind == "breaker":
+        configured = key.name in breakers
         options = _breaker_options(breakers.get(key.name, {}))
-        status = FleetBreaker(store, key.name, check_interval_ms=0, **options).state()
+        breaker = FleetBreaker(store, key.name, check_interval_ms=0, **options)
+        # The cooldown is the configured breaker's timer: without it the stored state is shown.
+        status = breaker.current_state() if configured else breaker.state()
         return FleetRow(key.kind, key.name, str(status.pop("state")), status, last_used)
     if key.kind == "rate":
-        raw = store.call(lambda: client.hgetall(redis_key))
-        tokens = float(raw.get(b"tokens", b"0") or 0)
-        state = "limited" if tokens < 1 else "ok"
-        return FleetRow(key.kind, key.name, state, {"tokens": round(tokens, 2)}, last_used)
+        return _rate_row(store, key, last_used)
     if key.kind == "window":
         used = int(store.call(lambda: client.zcard(redis_key)))
         return FleetRow(key.kind, key.name, "ok", {"used": used}, last_used)
@@ -106,6 +107,28 @@ def _row(
         detail["avg_hold_ms"] = round(float(meta[b"hold_ms"]), 1)
     state = "full" if limit is not None and held >= limit else "ok"
     return FleetRow(key.kind, key.name, state, detail, last_used)
+
+
+def _rate_row(store: FleetRedis, key: FleetKey, last_used: float) -> FleetRow:
+    """A token bucket refilled to Redis' clock at read time (``rate_limit.level_at``).
+
+    A bucket written before the script stamped its rate shows its stored level, floored at 0.
+    """
+    client = store.client
+
+    def read() -> tuple[Any, dict[bytes, bytes]]:
+        return client.time(), client.hgetall(store.key(key))
+
+    (now_s, now_us), raw = store.call(read)
+    now_ms = int(now_s) * 1000 + int(now_us) // 1000
+    stored = float(raw.get(b"tokens", b"0") or 0)
+    rate = float(raw[b"rate"]) if b"rate" in raw else 0.0
+    burst = float(raw[b"burst"]) if b"burst" in raw else max(stored, 0.0)
+    tokens, reserved = level_at(stored, float(raw.get(b"ts", now_ms)), now_ms, rate, burst)
+    detail: dict[str, object] = {"tokens": round(tokens, 2), "reserved": round(reserved, 2)}
+    if b"burst" in raw:
+        detail["burst"] = burst
+    return FleetRow(key.kind, key.name, "limited" if tokens < 1 else "ok", detail, last_used)
 
 
 def _breaker_options(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -12,15 +12,31 @@ edges and costs one sorted-set entry per admitted call (use it for small limits)
 from __future__ import annotations
 
 import uuid
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from xsm_celery.checks import BURST, SLIDING_LIMIT, check_rate
 from xsm_celery.redis.fleet_store import FleetKey, FleetRedis, PackedCall
 
-__all__ = ["Decision", "RedisSlidingWindow", "RedisTokenBucket"]
+__all__ = ["Decision", "RedisSlidingWindow", "RedisTokenBucket", "level_at"]
 
 #: Packed calls a bucket keeps (one per cost and reservation bound it is asked with).
 _MAX_PACKED = 8
+
+
+def level_at(
+    tokens: float, stamped_ms: float, now_ms: float, rate_per_ms: float, burst: float
+) -> tuple[float, float]:
+    """A bucket's level at ``now_ms``: ``(tokens available, tokens reserved)``, both >= 0.
+
+    The stored level is the one of the last admission; the bucket refills between
+    admissions without a write, so a reader must refill it to the moment it reads (as the
+    script does before deciding), or a quiet bucket reads empty forever. Below zero the
+    stored level counts tokens promised to deferred callers: that is shown as reserved,
+    never as a negative count.
+    """
+    elapsed = max(0.0, now_ms - stamped_ms)
+    level = min(float(burst), tokens + elapsed * max(0.0, rate_per_ms))
+    return max(0.0, level), max(0.0, -level)
 
 
 class Decision(NamedTuple):
@@ -94,11 +110,25 @@ class RedisTokenBucket:
         return Decision(False, float(reply[1]), int(reply[2]), reserved=int(reply[0]) == 2)
 
     def state(self) -> dict[str, object]:
-        """Tokens left and the last refill, as stored (for operators)."""
-        raw = self.store.call(lambda: self.store.client.hgetall(self._keys[0]))
+        """Tokens available now (refilled to Redis' clock) and reserved (for operators)."""
+        client = self.store.client
+
+        def read() -> tuple[Any, dict[bytes, bytes]]:
+            return client.time(), client.hgetall(self._keys[0])
+
+        (now_s, now_us), raw = self.store.call(read)
         fields = {k.decode(): v.decode() for k, v in raw.items()}
+        now_ms = int(now_s) * 1000 + int(now_us) // 1000
+        tokens, reserved = level_at(
+            float(fields.get("tokens", self.burst)),
+            float(fields.get("ts", now_ms)),
+            now_ms,
+            self.rate / (self.per * 1000.0),
+            self.burst,
+        )
         return {
-            "tokens": round(float(fields.get("tokens", self.burst)), 2),
+            "tokens": round(tokens, 2),
+            "reserved": round(reserved, 2),
             "burst": self.burst,
             "rate": f"{self.rate:g}/{self.per:g}s",
         }

@@ -41,11 +41,13 @@ redis.call('ZADD', KEYS[#KEYS], now, ARGV[#ARGV])
 """
 
 #: KEYS: bucket hash, index. ARGV: tokens per ms, burst, cost, longest reservation ms (0:
-#: never reserve), index member. Returns the tokens left (floored) when admitted, a bare
-#: integer so the common answer is the cheapest to parse; else {2 reserved | 0 refused,
-#: wait_ms, tokens left (floored), now_ms}. A reservation takes the tokens now and lets the level go
-#: below zero, so the next caller's wait includes every reservation ahead of it: deferred
-#: callers queue up in order, each owning the token it will run on (GCRA-style).
+#: never reserve), index member. The rate and burst are stamped beside the level (with the
+#: index, at most every 10 s), so a reader can refill the level to the moment it reads.
+#: Returns the tokens left (floored) when admitted, a bare integer so the common answer is
+#: the cheapest to parse; else {2 reserved | 0 refused, wait_ms, tokens left (floored),
+#: now_ms}. A reservation takes the tokens now and lets the level go below zero, so the
+#: next caller's wait includes every reservation ahead of it: deferred callers queue up in
+#: order, each owning the token it will run on (GCRA-style).
 TOKEN_BUCKET = (
     _NOW
     + """
@@ -60,7 +62,7 @@ local seen = tonumber(h[3]) or 0
 local ttl = math.ceil(burst / rate) + 60000
 if now - seen >= 10000 then
     redis.call('ZADD', KEYS[2], now, ARGV[5])
-    redis.call('HSET', KEYS[1], 'seen', now)
+    redis.call('HSET', KEYS[1], 'seen', now, 'rate', ARGV[1], 'burst', ARGV[2])
     redis.call('PEXPIRE', KEYS[1], ttl)
 end
 if now > ts then tokens = math.min(burst, tokens + (now - ts) * rate) end

@@ -155,7 +155,8 @@ def _replayable(store: Any, record_id: str) -> Any:
         )
     if record.resolved_at is not None:
         raise ReplayRefusedError(
-            f"dead letter {record_id} was already resolved at {record.resolved_at}; "
+            f"dead letter {record_id} was already resolved "
+            f"({time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(record.resolved_at))}); "
             "it is not sent twice"
         )
     redacted = (

@@ -1,25 +1,27 @@
 """Where the status figures of a Celery app come from, and what its workers report.
 
 ``sources_for_app`` names the stores an app's settings point at (dead letters, durable
-timers, the relay's outbox). Breakers and limiters live inside the workers, so a status
-asks them: the ``xsm_states`` remote-control command (a broadcast, as ``xsm-celery
-status`` sends it) answers with the last state of every breaker and the admission and deferral
-counts of every limit the worker's processes reported (``xsm_celery.metrics.states``). Under
-the prefork pool the children report through the multiprocess metric files, so that needs
-``xsm_metrics_port``; with the solo and threads pools the worker's own process answers.
+timers, the relay's outbox) and the fleet's Redis. Fleet breakers, rate limiters and slot
+pools are read from that Redis when the figures are read (``fleet_states``, the same rows
+``xsm-celery breakers`` lists), never from what a worker last saw. Process-local breakers
+live inside the workers, so a status asks them: the ``xsm_states`` remote-control command (a
+broadcast, as ``xsm-celery status`` sends it) answers with the state of every such breaker
+and its age (``xsm_celery.metrics.states``). Under the prefork pool the children report
+through the multiprocess metric files, so that needs ``xsm_metrics_port``; with the solo and
+threads pools the worker's own process answers.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from celery.worker.control import inspect_command
 
 from xsm_celery.metrics.states import reported_states
 
-__all__ = ["sources_for_app", "worker_states"]
+__all__ = ["fleet_states", "sources_for_app", "worker_states"]
 
 #: Seconds a status waits for the workers' answers.
 REPLY_TIMEOUT_S = 1.0
@@ -47,6 +49,37 @@ def worker_states(app: Any, timeout: float = REPLY_TIMEOUT_S) -> list[Any]:
     return states
 
 
+def fleet_states(app: Any) -> Callable[[], list[Any]] | None:
+    """A reader of ``app``'s fleet state in Redis as ``WorkerState`` rows; None without one.
+
+    Each read lists the fleet and computes every row at that moment
+    (``xsm_celery.celery.fleet.reading``).
+
+    Raises:
+        ConfigurationError: A fleet setting has the wrong type or range.
+    """
+    from xsm_celery.celery.fleet.reading import fleet_reader
+
+    rows = fleet_reader(app)
+    if rows is None:
+        return None
+    read_rows = rows
+
+    def read() -> list[Any]:
+        from xsm_celery.metrics.figures import FLEET_WORKER, WorkerState
+
+        return [
+            WorkerState(FLEET_WORKER, row.kind, row.name, row.state, _numbers(row.detail))
+            for row in read_rows()
+        ]
+
+    return read
+
+
+def _numbers(detail: Mapping[str, object]) -> dict[str, float]:
+    return {k: float(v) for k, v in detail.items() if isinstance(v, int | float)}
+
+
 def _rows(rows: Any) -> Iterable[dict[str, Any]]:
     return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
 
@@ -56,7 +89,7 @@ def sources_for_app(app: Any, *, ask_workers: bool = False, create: bool = True)
 
     Args:
         app: The Celery app whose settings name the stores.
-        ask_workers: Also ask the running workers for their breakers and limits.
+        ask_workers: Also ask the running workers for their process-local breakers.
         create: Open stores as a worker does. With False (a status from the command line)
             a store whose SQLite file does not exist yet is left out instead of created.
     """
@@ -75,6 +108,7 @@ def sources_for_app(app: Any, *, ask_workers: bool = False, create: bool = True)
         timers=stores.timers() if wanted(settings.timer_store) else None,
         outbox=outbox_store(app) if wanted(app.conf.get("xsm_outbox_store")) else None,
         workers=(lambda: worker_states(app)) if ask_workers else None,
+        fleet=fleet_states(app),
     )
 
 

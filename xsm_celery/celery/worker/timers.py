@@ -28,6 +28,7 @@ from xsm_celery.hooks import FactKind, emit
 __all__ = [
     "FIRE_TIMERS_TASK",
     "LEASE_S",
+    "RECOVERY_KEY",
     "FireRows",
     "fire_due_timers",
     "fire_timers",
@@ -42,6 +43,13 @@ FIRE_TIMERS_TASK = "xsm_celery.fire_timers"
 
 #: Seconds a Beat process owns the rows it claimed before another may take them.
 LEASE_S = 60.0
+
+#: Key of a workflow row's payload saying what the row stands for (``kind``: timer or
+#: dispatch); such a row is its workflow's to fire (``xsm_celery.celery.workflow.recovery``).
+RECOVERY_KEY = "xsm_recovery"
+
+#: The ``TIMER_FIRED`` purpose of a workflow row, by its kind, when no workflow claims it.
+_WORKFLOW_PURPOSES = {"timer": "workflow_timer", "dispatch": "workflow_task_step"}
 
 
 #: A source's own firing: ``(now, batch, owner) -> rows published``.
@@ -107,8 +115,19 @@ def fire_due_timers(app: Any, *, now: float | None = None, owner: str | None = N
 
 
 def _fire_from(app: Any, timers: Any, now: float, batch: int, owner: str) -> int:
-    """Publish the due rows of one timer store; return how many were sent."""
+    """Publish the due rows of one timer store; return how many were sent.
+
+    A workflow whose store is the app's timer database (``"django"`` for both, one SQLite
+    file) keeps its rows in the same table. Those rows are handed back for the workflow's
+    own scan, which runs next and keeps each row until its step applies it; only when no
+    workflow is registered here is such a row published like a retry, and counted under
+    its own purpose, never as a retry.
+    """
     due = timers.claim(now, batch, owner, lease_s=LEASE_S)
+    workflow_rows = [t for t in due if isinstance(t.payload.get(RECOVERY_KEY), dict)]
+    if workflow_rows and _sources.get(app):
+        timers.release([t.id for t in workflow_rows], owner)
+        due = [t for t in due if t not in workflow_rows]
     sent = 0
     for timer in due:
         try:
@@ -117,10 +136,12 @@ def _fire_from(app: Any, timers: Any, now: float, batch: int, owner: str) -> int
             logger.exception("could not publish the retry of task %s; will try again", timer.key)
             continue
         timers.delete(timer.id)
+        recovery = timer.payload.get(RECOVERY_KEY)
+        kind = recovery.get("kind") if isinstance(recovery, dict) else None
         emit(
             FactKind.TIMER_FIRED,
             task=timer.payload.get("task"),
-            purpose="retry",
+            purpose=_WORKFLOW_PURPOSES.get(str(kind), "retry") if kind else "retry",
             lag_s=max(0.0, now - timer.due_at),
         )
         sent += 1

@@ -348,21 +348,16 @@ class Workflow:
         payloads.send_spec(self.app, task_id, payload, countdown=countdown)
 
     def asyncapi(self, server: dict[str, Any] | None = None, **options: Any) -> dict[str, Any]:
-        """The AsyncAPI 3.0.0 document of this workflow: its events arrive on its Celery queue.
+        """The AsyncAPI 3.0.0 document of this workflow: the Celery task message its queue takes.
 
-        ``options`` are ``asyncapi_document``'s (``outbound_topic``, ``title``...); the
-        inbound channel is the step task's queue, bound as an AMQP queue.
+        Each event is a message of ``xsm.workflow.<name>(key, message)`` in Celery's task
+        protocol 2 (headers and ``[args, kwargs, embed]`` body) on the step task's queue; the
+        outbox's publications are CloudEvents. ``options`` are ``asyncapi_document``'s
+        (``outbound_topic``, ``title``...). See ``xsm_celery.celery.workflow.asyncapi``.
         """
-        from xsm_celery.eda.asyncapi import asyncapi_document
+        from xsm_celery.celery.workflow.asyncapi import workflow_asyncapi
 
-        queue = self.queue or str(self.app.conf.task_default_queue or "celery")
-        options.setdefault("inbound_topic", queue)
-        options.setdefault(
-            "inbound_bindings", {"amqp": {"is": "queue", "queue": {"name": queue, "durable": True}}}
-        )
-        if self.outbox_topic:
-            options.setdefault("outbound_topic", self.outbox_topic)
-        return asyncapi_document(self.machine, server, **options)
+        return workflow_asyncapi(self, server, **options)
 
 
 def workflow_decorator(

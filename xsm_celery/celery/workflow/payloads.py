@@ -19,6 +19,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from xsm_celery.celery.task.execute import WORKFLOW_HEADER
+from xsm_celery.celery.worker.timers import RECOVERY_KEY
 from xsm_celery.celery.workflow.messages import Dispatch, Message
 
 if TYPE_CHECKING:
@@ -40,8 +41,6 @@ __all__ = [
 #: Name of the errback that turns a task step's failure into ``error.platform.<id>``.
 FAILED_TASK = "xsm_celery.workflow_failed"
 
-#: Key of a row's payload saying what the row stands for (``kind``: timer or dispatch).
-RECOVERY_KEY = "xsm_recovery"
 
 _TIMER_NAMESPACE = uuid.UUID("6f1d2c3e-7a4b-4c5d-9e8f-0a1b2c3d4e5f")
 

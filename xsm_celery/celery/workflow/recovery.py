@@ -20,6 +20,8 @@ Beat entry runs ``recover_overdue`` for each workflow:
 Each re-published row is postponed by the same delay rather than deleted, so a message lost
 again is sent again; every recovery is reported as ``TIMER_FIRED`` with ``purpose``
 ``workflow_timer`` or ``workflow_task_step`` and ``lag_s``, how late the instance was woken.
+A long timer's row published at its due time is not a recovery and reports nothing here: the
+step that applies it reports the timer (``purpose="workflow"``), like a countdown's.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ __all__ = ["recover_overdue"]
 logger = logging.getLogger("xsm_celery.workflow")
 
 _RUNNING = frozenset({"STARTED", "RETRY", "RECEIVED"})
+
+#: A row due within this of its timer is the long timer's own row (stored times are rounded).
+_SAME_DUE_S = 0.001
 
 
 def recover_overdue(ctx: StepContext, now: float, batch: int, owner: str) -> int:
@@ -71,6 +76,10 @@ def recover_overdue(ctx: StepContext, now: float, batch: int, owner: str) -> int
         if kind == "timer":
             _postpone(timers, row, now + grace)
             due = float(meta.get("due_at") or row.due_at)
+            if row.due_at <= due + _SAME_DUE_S:
+                # A long timer's own row, due at the timer: this is its one message, not a
+                # recovery (the step that applies it reports the timer as fired).
+                continue
             emit(
                 FactKind.TIMER_FIRED,
                 workflow=ctx.name,

@@ -487,7 +487,7 @@ def _arm_timers(
         durable = delay > ctx.countdown_max_s
         row_due = due if durable else due + ctx.recovery_grace_s
         effects.timers.append(TimerSend(task_id, payload, delay, row_due, durable))
-        emit(FactKind.TIMER_SCHEDULED, workflow=ctx.name, durable=durable)
+        emit(FactKind.TIMER_SCHEDULED, workflow=ctx.name, purpose="workflow", durable=durable)
 
 
 def _timer_id_of(message: Message) -> tuple[str, str, float]:
@@ -557,6 +557,11 @@ def _stale(ctx: StepContext, key: str, message: Message, why: str) -> None:
         )
 
 
+def _state_names(state_ids: list[str]) -> str:
+    """Active leaf states without the machine id: ``["order.paying"]`` is ``"paying"``."""
+    return ",".join(i.split(".", 1)[1] if "." in i else i for i in state_ids)
+
+
 def _report(
     ctx: StepContext,
     message: Message,
@@ -570,10 +575,17 @@ def _report(
             FactKind.WORKFLOW_TRANSITION,
             workflow=ctx.name,
             event=str(transition["event"]).split(".", 1)[0],
+            from_state=_state_names(transition["source"]),
+            to_state=_state_names(transition["target"]),
         )
     if recorder.fired:
         now = time.time()
         dues = {str(d.get("event_type")): float(d["due_at_wall"]) for d in before}
         for event_type in recorder.fired:
             due = dues.get(event_type, message.due_at or now)
-            emit(FactKind.TIMER_FIRED, workflow=ctx.name, lag_s=max(0.0, now - due))
+            emit(
+                FactKind.TIMER_FIRED,
+                workflow=ctx.name,
+                purpose="workflow",
+                lag_s=max(0.0, now - due),
+            )

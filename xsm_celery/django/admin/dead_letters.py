@@ -18,10 +18,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
-from django.utils.formats import date_format
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
-from django.utils.timezone import localtime
 from django.utils.translation import gettext_lazy as _
 
 from xsm_celery.charttools.svg import render_chart_svg
@@ -30,8 +28,8 @@ from xsm_celery.django.charts import find_chart
 from xsm_celery.django.conf import get_settings
 from xsm_celery.django.models import AuditEntry, DeadLetterRecord
 from xsm_celery.django.operations import DeadLetterOperations
-from xsm_celery.django.stores.dates import to_datetime
 from xsm_celery.django.stores.dead_letters import DjangoDeadLetterStore, row_to_record
+from xsm_celery.django.templatetags.xsm_celery_admin import admin_date
 from xsm_celery.patterns.dead_letter import DeadLetterReason
 from xsm_celery.patterns.dead_letter.workflow import workflow_of_record
 
@@ -201,7 +199,7 @@ class DeadLetterRecordAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def resolved_on(self, obj: DeadLetterRecord) -> str:
         if obj.resolved_at is None:
             return str(_("open"))
-        return date_format(localtime(to_datetime(obj.resolved_at)), "DATETIME_FORMAT")
+        return admin_date(obj.resolved_at)
 
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view

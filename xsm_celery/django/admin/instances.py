@@ -25,6 +25,7 @@ from django.utils.translation import gettext_lazy as _
 
 from xsm_celery.charttools.svg import render_chart_svg
 from xsm_celery.django.admin.forms import PayloadField, ReasonForm
+from xsm_celery.django.charts import resolve_chart
 from xsm_celery.django.models import WorkflowInstance, WorkflowTransition
 from xsm_celery.ids import new_id
 
@@ -115,6 +116,7 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     search_fields = ("key", "state")
     date_hierarchy = "updated"
     ordering = ("-updated_at",)
+    exclude = ("updated_at",)
     change_form_template = f"{_TEMPLATES}/change_form.html"
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -159,10 +161,12 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
         using = row._state.db or "default"
         flow, view = _instance(row)
+        chart = resolve_chart(row.machine_id, workflow=row.workflow)
         diagram: SafeString | None = None
-        if flow is not None and view is not None:
+        if chart.config is not None:
+            active = view.state_ids if view is not None else row.state.split(", ")
             # render_chart_svg escapes every text it draws, so the markup is safe as is.
-            diagram = mark_safe(render_chart_svg(flow.machine.config, marked=view.state_ids))
+            diagram = mark_safe(render_chart_svg(chart.config, marked=active))
         from xsm_celery.engine import redact
 
         events = flow.accepted_events(row.key) if flow is not None else []
@@ -170,6 +174,7 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "workflow": flow,
             "view": view,
             "diagram": diagram,
+            "chart": chart,
             "context": redact(view.context, _redact_keys()) if view is not None else {},
             "outbox": OutboxMessage.objects.using(using)
             .filter(Q(subject=row.store_key) | Q(subject=row.key))
@@ -206,9 +211,11 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if request.method == "POST" and form.is_valid():
             event = form.cleaned_data["event"]
             payload = form.cleaned_data["payload"]
-            stale = form.cleaned_data.get("version") != view.version
+            planned_at = form.cleaned_data.get("version")
+            # A first dry run has no version yet: only a plan made at another version is stale.
+            stale = planned_at is not None and planned_at != view.version
             send_id = form.cleaned_data["send_id"] or new_id()
-            if "confirm" in request.POST and not stale:
+            if "confirm" in request.POST and planned_at is not None and not stale:
                 return self._send(
                     request,
                     row,
@@ -231,14 +238,25 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 events=events,
             )
             form.is_valid()
-            if stale:
+            if stale and "confirm" in request.POST:
                 messages.warning(
                     request,
                     _(
-                        "The instance moved on since your dry run; check "
-                        "the new plan before sending."
+                        "Nothing was sent: the instance moved on since your dry run "
+                        "(version %(then)d, now %(now)d). Check the new plan, then send."
+                    )
+                    % {"then": planned_at, "now": view.version},
+                )
+            elif stale:
+                messages.info(
+                    request,
+                    _(
+                        "The instance moved on since your last dry run; "
+                        "this plan is for its new state."
                     ),
                 )
+            elif "confirm" in request.POST:
+                messages.info(request, _("Nothing was sent: check the dry run below, then send."))
         opts = self.model._meta
         context = {
             **self.admin_site.each_context(request),
@@ -286,7 +304,13 @@ class WorkflowInstanceAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             self._audit(request, row, SEND_EVENT_DUPLICATE, reason, outcome)
             messages.warning(request, outcome)
             return HttpResponseRedirect(self._change_url(row))
-        outcome = f"sent {event}; now in {states}"
+        if step.outcome not in ("applied", "started"):
+            outcome = f"not applied ({step.outcome}): {event}; nothing changed, still in {states}"
+            self._audit(request, row, SEND_EVENT_ACTION, reason, outcome)
+            messages.warning(request, outcome)
+            return HttpResponseRedirect(self._change_url(row))
+        moved = "now in" if step.changed else "no transition was taken (a guard said no); still in"
+        outcome = f"sent {event}; {moved} {states}"
         self._audit(request, row, SEND_EVENT_ACTION, reason, outcome)
         messages.success(request, outcome)
         return HttpResponseRedirect(self._change_url(row))

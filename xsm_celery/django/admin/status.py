@@ -2,9 +2,10 @@
 
 Registered on an admin site with ``register_status_page(site)`` (``admin.py`` does it for
 the default site), it lives at ``<admin>/xsm_celery/status/`` and needs the permission to
-view dead letters. It reads the Django stores of ``XSM_CELERY["DATABASE"]``; with
-``?workers=1`` it also asks the running workers of the configured Celery app for their
-breakers and limits (a remote-control round trip, so it is not done on every view).
+view dead letters. It reads the Django stores of ``XSM_CELERY["DATABASE"]`` and the fleet
+breakers and limiters of the configured Celery app from its Redis; with ``?workers=1`` it
+also asks the running workers for their process-local breakers (a remote-control round
+trip, so it is not done on every view).
 """
 
 from __future__ import annotations
@@ -50,7 +51,17 @@ def status_sources(*, ask_workers: bool = False) -> Sources:
         timers=DjangoTimerStore(),
         instances=DjangoSnapshotStore(),
         workers=workers,
+        fleet=_fleet_states,
     )
+
+
+def _fleet_states() -> list[Any]:
+    """The fleet's breakers and limiters, read from its Redis now (as ``xsm status`` does)."""
+    from xsm_celery.celery.worker.status import fleet_states
+    from xsm_celery.django.admin.celery_app import celery_app
+
+    read = fleet_states(celery_app())
+    return [] if read is None else read()
 
 
 def _rows(figures: Figures) -> list[tuple[str, int, int]]:

@@ -2,7 +2,8 @@
 
 Everything but the dead-letter actions (and requeueing a failed outbox row) is read-only:
 these tables are written by workers, relays and scanners, and an edit by hand would break
-what they rely on.
+what they rely on. The exact epoch-seconds columns stay off the pages: each date is shown
+once, in the one format of ``admin_date``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from xsm_celery.django.models import (
     OutboxMessage,
     WorkflowInstance,
 )
-from xsm_celery.django.templatetags.xsm_celery_admin import epoch_age, pretty_json
+from xsm_celery.django.templatetags.xsm_celery_admin import admin_date, epoch_age, pretty_json
 
 __all__ = [
     "REQUEUE_OUTBOX_ACTION",
@@ -75,6 +76,7 @@ class AuditEntryAdmin(ReadOnlyAdmin):
     list_filter = ("action", "actor", "created")
     search_fields = ("record_id", "reason", "outcome", "actor")
     date_hierarchy = "created"
+    exclude = ("at",)
 
 
 class OutboxStatusFilter(admin.SimpleListFilter):
@@ -121,8 +123,8 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
     )
     list_filter = (OutboxStatusFilter, "topic")
     search_fields = ("envelope_id", "subject", "event_type")
-    readonly_fields = ("envelope_json",)
-    exclude = ("envelope",)
+    readonly_fields = ("envelope_json", "sent_on", "lease_until", "failed_on")
+    exclude = ("envelope", "created_at", "sent_at", "claimed_until", "failed_at")
     change_list_template = "admin/xsm_celery/outboxmessage/change_list.html"
     actions = ("requeue_failed",)
 
@@ -179,6 +181,18 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
         left = obj.claimed_until - time.time()
         return f"{left:.0f} s" if left > 0 else str(_("expired"))
 
+    @admin.display(description=_("sent"))
+    def sent_on(self, obj: OutboxMessage) -> str:
+        return admin_date(obj.sent_at) or str(_("not yet"))
+
+    @admin.display(description=_("lease until"))
+    def lease_until(self, obj: OutboxMessage) -> str:
+        return admin_date(obj.claimed_until)
+
+    @admin.display(description=_("failed"))
+    def failed_on(self, obj: OutboxMessage) -> str:
+        return admin_date(obj.failed_at)
+
     @admin.display(description=_("envelope"))
     def envelope_json(self, obj: OutboxMessage) -> SafeString:
         return _pre_json(obj.envelope)
@@ -224,6 +238,12 @@ class InboxRecordAdmin(ReadOnlyAdmin):
     list_display = ("scope", "key", "in_flight", "expires", "created")
     search_fields = ("scope", "key")
     list_filter = ("scope",)
+    readonly_fields = ("expires_on",)
+    exclude = ("expires_at",)
+
+    @admin.display(description=_("expires on"))
+    def expires_on(self, obj: InboxRecord) -> str:
+        return admin_date(obj.expires_at) or str(_("never"))
 
     @admin.display(description=_("in flight"), boolean=True)
     def in_flight(self, obj: InboxRecord) -> bool:
@@ -245,7 +265,7 @@ class MachineSnapshotAdmin(ReadOnlyAdmin):
     search_fields = ("key",)
     date_hierarchy = "updated"
     readonly_fields = ("snapshot_json",)
-    exclude = ("snapshot",)
+    exclude = ("snapshot", "updated_at")
 
     @admin.display(description=_("snapshot"))
     def snapshot_json(self, obj: MachineSnapshot) -> SafeString:
@@ -259,6 +279,17 @@ class DurableTimerAdmin(ReadOnlyAdmin):
     list_display = ("id", "task_name", "key", "due", "overdue", "claimed_by")
     search_fields = ("key", "id")
     date_hierarchy = "due"
+    readonly_fields = ("lease_until", "payload_json")
+    exclude = ("due_at", "claimed_until", "payload")
+
+    @admin.display(description=_("payload"))
+    def payload_json(self, obj: DurableTimer) -> SafeString:
+        """The message the timer sends, as indented JSON (the data it carries, verbatim)."""
+        return format_html('<pre class="xsm-json">{}</pre>', pretty_json(obj.payload))
+
+    @admin.display(description=_("lease until"))
+    def lease_until(self, obj: DurableTimer) -> str:
+        return admin_date(obj.claimed_until)
 
     @admin.display(description=_("task"))
     def task_name(self, obj: DurableTimer) -> str:
