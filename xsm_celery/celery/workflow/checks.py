@@ -26,6 +26,7 @@ import unicodedata
 from typing import Any
 
 from xsm_celery.celery.workflow.messages import LEDGER_KEY_PREFIX
+from xsm_celery.engine.events import nested_deeper_than
 from xsm_celery.errors import (
     ArgumentTypeError,
     ConfigurationError,
@@ -89,22 +90,12 @@ def check_json(value: Any, what: str) -> None:
 
 
 def _check_depth(value: Any, what: str) -> None:
-    """Walk the containers with an explicit stack, so no nesting depth can recurse."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list | tuple):
-            children = item
-        else:
-            continue
-        if depth > MAX_PAYLOAD_DEPTH:
-            raise InvalidEventError(
-                f"the {what} is nested more than {MAX_PAYLOAD_DEPTH} dicts/lists deep (or "
-                "contains itself); flatten it, or store the document elsewhere and send its id"
-            )
-        stack.extend((child, depth + 1) for child in children)
+    """Refuse a value nested past ``MAX_PAYLOAD_DEPTH`` (the walk itself cannot recurse)."""
+    if nested_deeper_than(value, MAX_PAYLOAD_DEPTH):
+        raise InvalidEventError(
+            f"the {what} is nested more than {MAX_PAYLOAD_DEPTH} dicts/lists deep (or "
+            "contains itself); flatten it, or store the document elsewhere and send its id"
+        )
 
 
 def check_instance_key(workflow: str, key: object) -> str:
